@@ -1,0 +1,3 @@
+module github.com/detcoll/detcoll
+
+go 1.26

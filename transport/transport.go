@@ -1,0 +1,92 @@
+// Package transport is the layer that moves bytes between the ranks of one
+// group. It knows nothing of dtypes, trees or floats: the schedule above it
+// decides what goes where, reducers do the arithmetic.
+//
+// # Contract
+//
+// A Transport connects the ranks 0 … Size()-1 of one group. Messages are
+// byte slices with a 32-bit tag. Between one ordered pair of ranks, messages
+// arrive in the order they were sent. Recv names the tag and the exact length
+// it expects; a message with another tag or length is an error
+// (ErrTagMismatch, ErrSizeMismatch), which is how a rank detects that a peer
+// is running a different collective.
+//
+// Thread safety: Send to different peers and Recv from different peers may
+// run concurrently from different goroutines; at most one Send and one Recv
+// per peer may be outstanding at a time. Send may block until the peer has
+// received the message (callers must not rely on buffering), so symmetric
+// exchanges run sends and receives concurrently.
+//
+// Buffer ownership: Send borrows buf until it returns; Recv writes only into
+// buf and only before it returns.
+//
+// Errors: every blocking call honours its context. After any error other
+// than a context error seen before the message started moving, the transport
+// may be unusable; the communicator above treats it as poisoned. Close is
+// idempotent, unblocks this rank's pending calls with ErrClosed, and makes
+// peers' pending and later calls involving this rank fail (ErrPeerClosed or
+// an I/O error) rather than hang.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Transport moves tagged byte messages between ranks. See the package doc.
+type Transport interface {
+	Rank() int
+	Size() int
+	Send(ctx context.Context, peer int, tag uint32, buf []byte) error
+	Recv(ctx context.Context, peer int, tag uint32, buf []byte) error
+	Close() error
+}
+
+// Splitter is implemented by transports that can carve a sub-group out of
+// themselves without new rendezvous. Every member of the sub-group calls Sub
+// with the same id and the same ranks (parent ranks; ranks[i] becomes sub-rank
+// i). Traffic of the sub-transport never mixes with the parent's or with
+// other sub-transports'. Closing the parent makes the sub-transports fail.
+type Splitter interface {
+	Sub(ctx context.Context, id uint64, ranks []int) (Transport, error)
+}
+
+// Namer is implemented by transports that can describe themselves ("inproc",
+// "tcp", "nccl") for reports and errors.
+type Namer interface {
+	Name() string
+}
+
+// Sentinel errors; test with errors.Is.
+var (
+	ErrClosed       = errors.New("transport closed")
+	ErrPeerClosed   = errors.New("peer closed the connection")
+	ErrTagMismatch  = errors.New("message tag mismatch")
+	ErrSizeMismatch = errors.New("message size mismatch")
+	ErrInvalidPeer  = errors.New("invalid peer")
+	ErrCorrupt      = errors.New("corrupt frame")
+)
+
+// Error carries the operation, this rank and the peer of a failed call.
+type Error struct {
+	Op   string // "send", "recv", "dial", …
+	Rank int
+	Peer int
+	Err  error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("transport: %s rank %d peer %d: %v", e.Op, e.Rank, e.Peer, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// CheckPeer returns an *Error wrapping ErrInvalidPeer when peer is not a valid
+// peer of rank in a group of size (a rank never sends to itself).
+func CheckPeer(op string, rank, size, peer int) error {
+	if peer < 0 || peer >= size || peer == rank {
+		return &Error{Op: op, Rank: rank, Peer: peer, Err: fmt.Errorf("%w: %d (group of %d)", ErrInvalidPeer, peer, size)}
+	}
+	return nil
+}

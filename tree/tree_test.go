@@ -1,0 +1,114 @@
+package tree
+
+import "testing"
+
+func TestExpr(t *testing.T) {
+	cases := map[int]string{
+		1: "r0",
+		2: "(r0+r1)",
+		3: "((r0+r1)+r2)",
+		4: "((r0+r1)+(r2+r3))",
+		5: "(((r0+r1)+(r2+r3))+r4)",
+		6: "(((r0+r1)+(r2+r3))+(r4+r5))",
+		7: "(((r0+r1)+(r2+r3))+((r4+r5)+r6))",
+		8: "(((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)))",
+	}
+	for w, want := range cases {
+		if got := Expr(w); got != want {
+			t.Errorf("Expr(%d) = %s, want %s", w, got, want)
+		}
+	}
+}
+
+// The subtree property of DESIGN.md section 2: for W = 2^k the tree equals the
+// tree over the roots of aligned blocks of 2^j ranks.
+func TestSubtreeProperty(t *testing.T) {
+	for k := 1; k <= 5; k++ {
+		w := 1 << k
+		for j := 0; j <= k; j++ {
+			b := 1 << j
+			inner := Expr(b) // over r0..r(b-1); rename for block m
+			roots := make([]string, w/b)
+			for m := range roots {
+				roots[m] = rename(inner, m*b, b)
+			}
+			outer := Expr(w / b)
+			got := substitute(outer, roots)
+			if got != Expr(w) {
+				t.Fatalf("w=%d block=%d: %s != %s", w, b, got, Expr(w))
+			}
+		}
+	}
+}
+
+// rename shifts every rank index of an expression over b ranks by base.
+func rename(e string, base, b int) string {
+	out := ""
+	for i := 0; i < len(e); {
+		if e[i] == 'r' {
+			j := i + 1
+			n := 0
+			for j < len(e) && e[j] >= '0' && e[j] <= '9' {
+				n = n*10 + int(e[j]-'0')
+				j++
+			}
+			out += "r" + itoa(n+base)
+			i = j
+			continue
+		}
+		out += string(e[i])
+		i++
+	}
+	_ = b
+	return out
+}
+
+func substitute(e string, vals []string) string {
+	out := ""
+	for i := 0; i < len(e); {
+		if e[i] == 'r' {
+			j := i + 1
+			n := 0
+			for j < len(e) && e[j] >= '0' && e[j] <= '9' {
+				n = n*10 + int(e[j]-'0')
+				j++
+			}
+			out += vals[n]
+			i = j
+			continue
+		}
+		out += string(e[i])
+		i++
+	}
+	return out
+}
+
+func TestShard(t *testing.T) {
+	for w := 1; w <= 17; w++ {
+		for count := 0; count < 60; count++ {
+			next := 0
+			for r := 0; r < w; r++ {
+				off, n := Shard(count, w, r)
+				if off != next || n < count/w || n > count/w+1 {
+					t.Fatalf("Shard(%d,%d,%d) = %d,%d", count, w, r, off, n)
+				}
+				next = off + n
+			}
+			if next != count {
+				t.Fatalf("shards of %d over %d cover %d", count, w, next)
+			}
+		}
+	}
+}
+
+func TestLevelsInPlace(t *testing.T) {
+	for w := 0; w <= 40; w++ {
+		for _, l := range Levels(w) {
+			for _, p := range l.Pairs {
+				if p.Dst > p.Left || p.Right != p.Left+1 {
+					t.Fatalf("w=%d bad pair %+v", w, p)
+				}
+			}
+		}
+	}
+}
