@@ -1,3 +1,5 @@
 module github.com/detcoll/detcoll
 
 go 1.26
+
+require go.uber.org/goleak v1.3.0 // indirect

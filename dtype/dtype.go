@@ -22,6 +22,9 @@ const (
 	FP16          // IEEE binary16
 	FP32          // IEEE binary32
 	FP64          // IEEE binary64
+	// Byte is an opaque 1-byte element: data movement (AllGather, Broadcast,
+	// Scatter) of any element size, never reduced.
+	Byte
 )
 
 // Canonical quiet NaNs (DESIGN.md section 3).
@@ -41,11 +44,13 @@ func (d DType) Size() int {
 		return 4
 	case FP64:
 		return 8
+	case Byte:
+		return 1
 	}
 	return 0
 }
 
-// Valid reports whether d is one of the four reducible types.
+// Valid reports whether d is one of the four reducible types (Byte is not).
 func (d DType) Valid() bool { return d >= BF16 && d <= FP64 }
 
 // String is the canonical short name: bf16, fp16, fp32, fp64.
@@ -59,6 +64,8 @@ func (d DType) String() string {
 		return "fp32"
 	case FP64:
 		return "fp64"
+	case Byte:
+		return "byte"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -75,13 +82,15 @@ func Parse(s string) (DType, error) {
 		return FP32, nil
 	case "fp64", "f64", "float64", "double":
 		return FP64, nil
+	case "byte", "u8", "uint8":
+		return Byte, nil
 	}
 	return Invalid, fmt.Errorf("dtype: unknown dtype %q (want bf16, fp16, fp32 or fp64)", s)
 }
 
 // MarshalText and UnmarshalText make DType usable in flags and JSON.
 func (d DType) MarshalText() ([]byte, error) {
-	if !d.Valid() {
+	if !d.Valid() && d != Byte {
 		return nil, fmt.Errorf("dtype: cannot marshal %v", d)
 	}
 	return []byte(d.String()), nil

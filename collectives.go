@@ -1,0 +1,547 @@
+package detcoll
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	"github.com/detcoll/detcoll/transport"
+	"github.com/detcoll/detcoll/tree"
+)
+
+func (c *Comm) checkReducible(op string, dt DType) error {
+	if !dt.Valid() {
+		return c.argErr(op, "dtype %v is not reducible (want bf16, fp16, fp32 or fp64)", dt)
+	}
+	return nil
+}
+
+func (c *Comm) checkElems(op, what string, b []byte, dt DType) error {
+	if sz := dt.Size(); sz == 0 || len(b)%sz != 0 {
+		return c.argErr(op, "%s of %d bytes is not a whole number of %v elements", what, len(b), dt)
+	}
+	return nil
+}
+
+func (c *Comm) checkAlgAcc(op string, alg Algorithm, acc Accumulate) error {
+	if alg != GatherTree && alg != A2ATree {
+		return c.argErr(op, "unknown algorithm %v", alg)
+	}
+	if !acc.Valid() {
+		return c.argErr(op, "unknown accumulate mode %v", acc)
+	}
+	return nil
+}
+
+// AllReduce writes the canonical tree reduction of every rank's send into
+// recv on every rank. len(send) == len(recv); send and recv may be the same
+// slice (in place) but must not otherwise overlap.
+func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts ...Option) error {
+	const op = "AllReduce"
+	alg, acc := c.resolve(opts, len(send))
+	var count int
+	return c.run(ctx, op, func() (signature, error) {
+		if err := c.checkReducible(op, dt); err != nil {
+			return signature{}, err
+		}
+		if err := c.checkElems(op, "send", send, dt); err != nil {
+			return signature{}, err
+		}
+		if len(recv) != len(send) {
+			return signature{}, c.argErr(op, "recv has %d bytes, send %d", len(recv), len(send))
+		}
+		if overlap(send, recv) && !same(send, recv) {
+			return signature{}, c.argErr(op, "send and recv overlap without being the same buffer")
+		}
+		if err := c.checkAlgAcc(op, alg, acc); err != nil {
+			return signature{}, err
+		}
+		count = len(send) / dt.Size()
+		return signature{op: opAllReduce, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(count)}, nil
+	}, func(ctx context.Context, th uint32) error {
+		if alg == GatherTree {
+			return c.allReduceGather(ctx, th, send, recv, dt, acc)
+		}
+		return c.allReduceA2A(ctx, th, send, recv, dt, acc, count)
+	})
+}
+
+func (c *Comm) allReduceGather(ctx context.Context, th uint32, send, recv []byte, dt DType, acc Accumulate) error {
+	n := len(send)
+	w := c.size
+	ws := c.workspace((w - 1) * n)
+	inputs := make([][]byte, w)
+	for p := 0; p < w; p++ {
+		switch {
+		case p < c.rank:
+			inputs[p] = ws[p*n : (p+1)*n]
+		case p > c.rank:
+			inputs[p] = ws[(p-1)*n : p*n]
+		}
+	}
+	inputs[c.rank] = send
+	if err := c.allGatherBlocks(ctx, tag(phaseGather, th), send, func(p int) []byte { return inputs[p] }); err != nil {
+		return err
+	}
+	return c.reducer.Reduce(dt, acc, inputs, recv)
+}
+
+func (c *Comm) allReduceA2A(ctx context.Context, th uint32, send, recv []byte, dt DType, acc Accumulate, count int) error {
+	w, sz := c.size, dt.Size()
+	shard := func(r int) (int, int) {
+		off, n := tree.Shard(count, w, r)
+		return off * sz, (off + n) * sz
+	}
+	mlo, mhi := shard(c.rank)
+	n := mhi - mlo
+	ws := c.workspace((w - 1) * n)
+	inputs := make([][]byte, w)
+	for p := 0; p < w; p++ {
+		switch {
+		case p < c.rank:
+			inputs[p] = ws[p*n : (p+1)*n]
+		case p > c.rank:
+			inputs[p] = ws[(p-1)*n : p*n]
+		}
+	}
+	inputs[c.rank] = send[mlo:mhi]
+	// Phase 1: shard p of my input goes to rank p; shard mine of every peer comes here.
+	err := c.exchange(ctx, tag(phaseA2A, th),
+		func(p int) ([]byte, bool) { lo, hi := shard(p); return send[lo:hi], true },
+		func(p int) ([]byte, bool) { return inputs[p], true })
+	if err != nil {
+		return err
+	}
+	if err := c.reducer.Reduce(dt, acc, inputs, recv[mlo:mhi]); err != nil {
+		return err
+	}
+	// Phase 2: all-gather the reduced shards straight into recv.
+	return c.allGatherBlocks(ctx, tag(phaseShards, th), recv[mlo:mhi], func(p int) []byte {
+		lo, hi := shard(p)
+		return recv[lo:hi]
+	})
+}
+
+// AllGather gathers every rank's send (count elements of any size dt) into
+// recv (W*count), rank r's block at [r*count, (r+1)*count). It runs in place
+// when send is exactly rank r's block of recv. It needs no workspace.
+func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error {
+	const op = "AllGather"
+	return c.run(ctx, op, func() (signature, error) {
+		if err := c.checkElems(op, "send", send, dt); err != nil {
+			return signature{}, err
+		}
+		n := len(send)
+		if len(recv) != c.size*n {
+			return signature{}, c.argErr(op, "recv has %d bytes, want W*len(send) = %d", len(recv), c.size*n)
+		}
+		if overlap(send, recv) && !same(send, recv[c.rank*n:(c.rank+1)*n]) {
+			return signature{}, c.argErr(op, "send overlaps recv but is not this rank's block (in place needs send == recv[rank*n:(rank+1)*n])")
+		}
+		return signature{op: opAllGather, dt: uint8(dt), count: uint64(n / dt.Size())}, nil
+	}, func(ctx context.Context, th uint32) error {
+		n := len(send)
+		copy(recv[c.rank*n:], send) // a no-op copy when in place
+		return c.allGatherBlocks(ctx, tag(phaseGather, th), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
+	})
+}
+
+// ReduceScatter reduces block r ([r*count, (r+1)*count) of every rank's
+// send, which holds W*count elements) into recv (count elements) on rank r.
+// len(send) must be W*len(recv): the element count must divide by W.
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, opts ...Option) error {
+	const op = "ReduceScatter"
+	alg, acc := c.resolve(opts, len(send))
+	return c.run(ctx, op, func() (signature, error) {
+		if err := c.checkReducible(op, dt); err != nil {
+			return signature{}, err
+		}
+		if err := c.checkRS(op, send, recv, dt); err != nil {
+			return signature{}, err
+		}
+		if err := c.checkAlgAcc(op, alg, acc); err != nil {
+			return signature{}, err
+		}
+		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
+	}, func(ctx context.Context, th uint32) error {
+		return c.reduceScatter(ctx, th, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
+	})
+}
+
+func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
+	if err := c.checkElems(op, "send", send, dt); err != nil {
+		return err
+	}
+	if len(send) != c.size*len(recv) {
+		return c.argErr(op, "send has %d elements, want W*len(recv) = %d*%d: ReduceScatter needs the send count to divide by W",
+			len(send)/dt.Size(), c.size, len(recv)/dt.Size())
+	}
+	if overlap(send, recv) {
+		return c.argErr(op, "send and recv overlap")
+	}
+	return nil
+}
+
+// reduceScatter runs every lane's reduce-scatter under one synchronisation.
+func (c *Comm) reduceScatter(ctx context.Context, th uint32, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
+	w := c.size
+	total := 0
+	for _, r := range recvs {
+		total += len(r)
+	}
+	if alg == GatherTree {
+		// The seed's path: gather every rank's whole input, reduce my block.
+		ws := c.workspace((w - 1) * w * total)
+		lanesOf := func(p int) [][]byte { // peer p's copy of every lane, in ws
+			slot := p
+			if p > c.rank {
+				slot = p - 1
+			}
+			base := slot * w * total
+			out := make([][]byte, len(sends))
+			for i, s := range sends {
+				out[i] = ws[base : base+len(s)]
+				base += len(s)
+			}
+			return out
+		}
+		peers := make([][][]byte, w)
+		for p := range peers {
+			if p != c.rank {
+				peers[p] = lanesOf(p)
+			}
+		}
+		err := c.exchangeLanes(ctx, tag(phaseGather, th),
+			func(p, l int) []byte { return sends[l] },
+			func(p, l int) []byte { return peers[p][l] }, len(sends))
+		if err != nil {
+			return err
+		}
+		for l := range sends {
+			n := len(recvs[l])
+			inputs := make([][]byte, w)
+			for p := range inputs {
+				if p == c.rank {
+					inputs[p] = sends[l][c.rank*n : (c.rank+1)*n]
+				} else {
+					inputs[p] = peers[p][l][c.rank*n : (c.rank+1)*n]
+				}
+			}
+			if err := c.reducer.Reduce(dt, acc, inputs, recvs[l]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// a2a: block p of every lane goes to rank p; my block of every peer's lanes comes here.
+	ws := c.workspace((w - 1) * total)
+	slot := func(p int) int {
+		if p > c.rank {
+			return p - 1
+		}
+		return p
+	}
+	laneOff := make([]int, len(recvs))
+	for l := 1; l < len(recvs); l++ {
+		laneOff[l] = laneOff[l-1] + len(recvs[l-1])
+	}
+	in := func(p, l int) []byte {
+		base := slot(p)*total + laneOff[l]
+		return ws[base : base+len(recvs[l])]
+	}
+	err := c.exchangeLanes(ctx, tag(phaseA2A, th),
+		func(p, l int) []byte { n := len(recvs[l]); return sends[l][p*n : (p+1)*n] },
+		in, len(sends))
+	if err != nil {
+		return err
+	}
+	inputs := make([][]byte, w)
+	for l := range sends {
+		n := len(recvs[l])
+		for p := range inputs {
+			if p == c.rank {
+				inputs[p] = sends[l][c.rank*n : (c.rank+1)*n]
+			} else {
+				inputs[p] = in(p, l)
+			}
+		}
+		if err := c.reducer.Reduce(dt, acc, inputs, recvs[l]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exchangeLanes sends lanes 0…k-1 to every peer in order and receives the
+// peer's lanes in order: one goroutine per direction and peer.
+func (c *Comm) exchangeLanes(ctx context.Context, tg uint32, sendBuf, recvBuf func(p, lane int) []byte, k int) error {
+	if c.size == 1 {
+		return nil
+	}
+	return c.forPeers(ctx, func(ctx context.Context, p int, send bool) error {
+		for l := 0; l < k; l++ {
+			var err error
+			if send {
+				err = c.t.Send(ctx, p, tg, sendBuf(p, l))
+			} else {
+				err = c.t.Recv(ctx, p, tg, recvBuf(p, l))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// forPeers runs fn(p, send=true) and fn(p, send=false) for every peer
+// concurrently; the first error cancels the rest.
+func (c *Comm) forPeers(ctx context.Context, fn func(ctx context.Context, p int, send bool) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2*c.size)
+	started := 0
+	for p := 0; p < c.size; p++ {
+		if p == c.rank {
+			continue
+		}
+		for _, send := range []bool{true, false} {
+			started++
+			go func(p int, send bool) {
+				err := fn(ctx, p, send)
+				if err != nil {
+					cancel()
+				}
+				errc <- err
+			}(p, send)
+		}
+	}
+	var first error
+	for i := 0; i < started; i++ {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// AllGatherMany is AllGather over several independent lanes under one call
+// and one synchronisation: lane l gathers sends[l] into recvs[l]. Lanes may
+// have different sizes but every rank must pass the same sizes.
+func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs [][]byte, dt DType) error {
+	const op = "AllGatherMany"
+	return c.run(ctx, op, func() (signature, error) {
+		if len(sends) != len(recvs) {
+			return signature{}, c.argErr(op, "%d send lanes but %d recv lanes", len(sends), len(recvs))
+		}
+		counts := make([]int, len(sends))
+		for l, s := range sends {
+			if err := c.checkElems(op, fmt.Sprintf("send lane %d", l), s, dt); err != nil {
+				return signature{}, err
+			}
+			if len(recvs[l]) != c.size*len(s) {
+				return signature{}, c.argErr(op, "recv lane %d has %d bytes, want W*len(send) = %d", l, len(recvs[l]), c.size*len(s))
+			}
+			counts[l] = len(s) / dt.Size()
+			if err := c.checkLaneOverlap(op, sends, recvs, l, true); err != nil {
+				return signature{}, err
+			}
+		}
+		return signature{op: opAllGatherMany, dt: uint8(dt), lanes: uint32(len(sends)), count: uint64(sum(counts)), laneHash: laneHash(counts)}, nil
+	}, func(ctx context.Context, th uint32) error {
+		for l, s := range sends {
+			copy(recvs[l][c.rank*len(s):], s)
+		}
+		return c.exchangeLanes(ctx, tag(phaseGather, th),
+			func(p, l int) []byte { return sends[l] },
+			func(p, l int) []byte { n := len(sends[l]); return recvs[l][p*n : (p+1)*n] }, len(sends))
+	})
+}
+
+// ReduceScatterMany is ReduceScatter over several independent lanes under
+// one call and one synchronisation; every lane has its own tree (lanes are
+// never added to each other).
+func (c *Comm) ReduceScatterMany(ctx context.Context, sends, recvs [][]byte, dt DType, opts ...Option) error {
+	const op = "ReduceScatterMany"
+	total := 0
+	for _, s := range sends {
+		total += len(s)
+	}
+	alg, acc := c.resolve(opts, total)
+	return c.run(ctx, op, func() (signature, error) {
+		if err := c.checkReducible(op, dt); err != nil {
+			return signature{}, err
+		}
+		if len(sends) != len(recvs) {
+			return signature{}, c.argErr(op, "%d send lanes but %d recv lanes", len(sends), len(recvs))
+		}
+		counts := make([]int, len(sends))
+		for l := range sends {
+			if err := c.checkRS(fmt.Sprintf("%s lane %d", op, l), sends[l], recvs[l], dt); err != nil {
+				return signature{}, err
+			}
+			counts[l] = len(recvs[l]) / dt.Size()
+			if err := c.checkLaneOverlap(op, sends, recvs, l, false); err != nil {
+				return signature{}, err
+			}
+		}
+		if err := c.checkAlgAcc(op, alg, acc); err != nil {
+			return signature{}, err
+		}
+		return signature{op: opReduceScatterMany, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), lanes: uint32(len(sends)), count: uint64(sum(counts)), laneHash: laneHash(counts)}, nil
+	}, func(ctx context.Context, th uint32) error {
+		return c.reduceScatter(ctx, th, sends, recvs, dt, acc, alg)
+	})
+}
+
+// checkLaneOverlap rejects a recv lane that overlaps any other lane's buffers
+// (allowing AllGatherMany's in-place block of its own lane).
+func (c *Comm) checkLaneOverlap(op string, sends, recvs [][]byte, l int, inPlaceOK bool) error {
+	for m := range sends {
+		if m != l && (overlap(recvs[l], recvs[m]) || overlap(recvs[l], sends[m])) {
+			return c.argErr(op, "recv lane %d overlaps lane %d", l, m)
+		}
+	}
+	if overlap(sends[l], recvs[l]) {
+		n := len(sends[l])
+		if !inPlaceOK || !same(sends[l], recvs[l][c.rank*n:(c.rank+1)*n]) {
+			return c.argErr(op, "send and recv of lane %d overlap", l)
+		}
+	}
+	return nil
+}
+
+func sum(v []int) int {
+	s := 0
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// Broadcast copies root's buf into buf on every rank (pure data movement).
+func (c *Comm) Broadcast(ctx context.Context, buf []byte, root int) error {
+	const op = "Broadcast"
+	return c.run(ctx, op, func() (signature, error) {
+		if root < 0 || root >= c.size {
+			return signature{}, c.argErr(op, "root %d out of range [0,%d)", root, c.size)
+		}
+		return signature{op: opBroadcast, root: int32(root), count: uint64(len(buf))}, nil
+	}, func(ctx context.Context, th uint32) error {
+		tg := tag(phaseBcast, th)
+		if c.rank == root {
+			return c.exchange(ctx, tg, func(int) ([]byte, bool) { return buf, true }, func(int) ([]byte, bool) { return nil, false })
+		}
+		return c.exchange(ctx, tg, func(int) ([]byte, bool) { return nil, false },
+			func(p int) ([]byte, bool) { return buf, p == root })
+	})
+}
+
+// Scatter sends block r of root's send (W*len(recv) bytes; ignored on other
+// ranks, may be nil there) to rank r's recv. No arithmetic: every bit,
+// a -0 included, arrives as sent.
+func (c *Comm) Scatter(ctx context.Context, send, recv []byte, root int) error {
+	const op = "Scatter"
+	n := len(recv)
+	return c.run(ctx, op, func() (signature, error) {
+		if root < 0 || root >= c.size {
+			return signature{}, c.argErr(op, "root %d out of range [0,%d)", root, c.size)
+		}
+		if c.rank == root {
+			if len(send) != c.size*n {
+				return signature{}, c.argErr(op, "root's send has %d bytes, want W*len(recv) = %d", len(send), c.size*n)
+			}
+			if overlap(send, recv) && !same(send[root*n:(root+1)*n], recv) {
+				return signature{}, c.argErr(op, "send and recv overlap")
+			}
+		}
+		return signature{op: opScatter, root: int32(root), count: uint64(n)}, nil
+	}, func(ctx context.Context, th uint32) error {
+		tg := tag(phaseScatter, th)
+		if c.rank == root {
+			copy(recv, send[root*n:(root+1)*n])
+			return c.exchange(ctx, tg, func(p int) ([]byte, bool) { return send[p*n : (p+1)*n], true }, func(int) ([]byte, bool) { return nil, false })
+		}
+		return c.exchange(ctx, tg, func(int) ([]byte, bool) { return nil, false },
+			func(p int) ([]byte, bool) { return recv, p == root })
+	})
+}
+
+// Barrier returns once every rank has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	return c.run(ctx, "Barrier", func() (signature, error) {
+		return signature{op: opBarrier}, nil
+	}, func(ctx context.Context, th uint32) error {
+		return c.allGatherBlocks(ctx, tag(phaseBarrier, th), nil, func(int) []byte { return nil })
+	})
+}
+
+// Undefined is the Split color of a rank that joins no sub-communicator.
+const Undefined = -1
+
+// Split partitions the group as MPI_Comm_split does: ranks passing the same
+// color form a new communicator, ordered by (key, parent rank). A rank
+// passing Undefined gets a nil Comm. The transport must implement
+// transport.Splitter. Sub-communicators inherit this Comm's options and are
+// closed with it.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	const op = "Split"
+	var sub *Comm
+	err := c.run(ctx, op, func() (signature, error) {
+		if color < Undefined {
+			return signature{}, c.argErr(op, "color %d is negative (Undefined = -1 opts out)", color)
+		}
+		if _, ok := c.t.(transport.Splitter); !ok {
+			return signature{}, &Error{Op: op, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: %T cannot split", ErrUnsupported, c.t)}
+		}
+		return signature{op: opSplit}, nil
+	}, func(ctx context.Context, th uint32) error {
+		all := make([]byte, 16*c.size)
+		binary.LittleEndian.PutUint64(all[16*c.rank:], uint64(int64(color)))
+		binary.LittleEndian.PutUint64(all[16*c.rank+8:], uint64(int64(key)))
+		mine := all[16*c.rank : 16*c.rank+16]
+		if err := c.allGatherBlocks(ctx, tag(phaseSplit, th), mine, func(p int) []byte { return all[16*p : 16*p+16] }); err != nil {
+			return err
+		}
+		c.splits++
+		if color == Undefined {
+			return nil
+		}
+		type member struct{ key, rank int }
+		var ms []member
+		for p := 0; p < c.size; p++ {
+			if int(int64(binary.LittleEndian.Uint64(all[16*p:]))) == color {
+				ms = append(ms, member{int(int64(binary.LittleEndian.Uint64(all[16*p+8:]))), p})
+			}
+		}
+		sort.SliceStable(ms, func(i, j int) bool {
+			if ms[i].key != ms[j].key {
+				return ms[i].key < ms[j].key
+			}
+			return ms[i].rank < ms[j].rank
+		})
+		ranks := make([]int, len(ms))
+		for i, m := range ms {
+			ranks[i] = m.rank
+		}
+		h := fnv.New64a()
+		var b [24]byte
+		binary.LittleEndian.PutUint64(b[0:], c.id)
+		binary.LittleEndian.PutUint64(b[8:], c.splits)
+		binary.LittleEndian.PutUint64(b[16:], uint64(int64(color)))
+		h.Write(b[:])
+		id := h.Sum64()
+		st, err := c.t.(transport.Splitter).Sub(ctx, id, ranks)
+		if err != nil {
+			return err
+		}
+		cfg := c.cfg
+		cfg.reducer = c.reducer
+		sub = &Comm{t: st, rank: st.Rank(), size: st.Size(), id: id, cfg: cfg, reducer: c.reducer, sigs: map[signature]uint32{}}
+		c.children = append(c.children, sub)
+		return nil
+	})
+	return sub, err
+}

@@ -1,0 +1,462 @@
+package detcoll
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/detcoll/detcoll/reduce"
+	"github.com/detcoll/detcoll/transport"
+	"github.com/detcoll/detcoll/transport/inproc"
+)
+
+// Comm is one rank's handle on a group of ranks. See the package doc for the
+// contract, thread safety and error behaviour.
+type Comm struct {
+	t       transport.Transport
+	rank    int
+	size    int
+	id      uint64
+	cfg     commConfig
+	reducer *reduce.Reducer
+	ownRed  bool
+
+	mu       sync.Mutex // one collective at a time
+	closed   bool
+	poison   error
+	ws       []byte
+	sigs     map[signature]uint32 // validated signature → tag hash
+	splits   uint64
+	stats    Stats
+	children []*Comm
+}
+
+// Stats are a communicator's counters, read with (*Comm).Stats.
+type Stats struct {
+	Collectives        int64 // collectives completed
+	SignatureExchanges int64 // signature comparisons that moved messages
+	WorkspaceBytes     int   // retained workspace now
+	WorkspacePeakBytes int   // largest workspace ever retained
+}
+
+type commConfig struct {
+	timeout time.Duration
+	alg     Algorithm
+	acc     Accumulate
+	reducer *reduce.Reducer
+}
+
+// CommOption configures New and NewInProc.
+type CommOption func(*commConfig)
+
+// WithTimeout bounds every collective whose context has no deadline
+// (default 5 minutes). A rank that waits longer fails and poisons the Comm.
+func WithTimeout(d time.Duration) CommOption { return func(c *commConfig) { c.timeout = d } }
+
+// WithDefaultAlgorithm sets the algorithm used when a call does not choose one.
+func WithDefaultAlgorithm(a Algorithm) CommOption { return func(c *commConfig) { c.alg = a } }
+
+// WithDefaultAccumulate sets the accumulate mode used when a call does not choose one.
+func WithDefaultAccumulate(a Accumulate) CommOption { return func(c *commConfig) { c.acc = a } }
+
+// WithReducer shares a host reducer (and its worker goroutines) between
+// communicators; the caller closes it. By default each Comm owns one.
+func WithReducer(r *reduce.Reducer) CommOption { return func(c *commConfig) { c.reducer = r } }
+
+// Option adjusts one collective call.
+type Option func(*callConfig)
+
+type callConfig struct {
+	alg    Algorithm
+	acc    Accumulate
+	setAlg bool
+	setAcc bool
+}
+
+// WithAlgorithm forces an algorithm for one call.
+func WithAlgorithm(a Algorithm) Option { return func(c *callConfig) { c.alg, c.setAlg = a, true } }
+
+// WithAccumulate sets the fp16/bf16 accumulate mode for one call.
+func WithAccumulate(a Accumulate) Option { return func(c *callConfig) { c.acc, c.setAcc = a, true } }
+
+// New returns a communicator over t. It takes ownership of t (Close closes it).
+func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
+	if t == nil {
+		return nil, fmt.Errorf("detcoll: New: %w: nil transport", ErrInvalidArgument)
+	}
+	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), sigs: map[signature]uint32{}}
+	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	if c.size < 1 || c.rank < 0 || c.rank >= c.size {
+		return nil, fmt.Errorf("detcoll: New: %w: rank %d of %d", ErrInvalidArgument, c.rank, c.size)
+	}
+	if c.cfg.alg > A2ATree || !c.cfg.acc.Valid() || c.cfg.timeout <= 0 {
+		return nil, fmt.Errorf("detcoll: New: %w: bad options (algorithm %v, accumulate %v, timeout %v)", ErrInvalidArgument, c.cfg.alg, c.cfg.acc, c.cfg.timeout)
+	}
+	c.reducer = c.cfg.reducer
+	if c.reducer == nil {
+		c.reducer = reduce.NewReducer(0)
+		c.ownRed = true
+	}
+	return c, nil
+}
+
+// NewInProc returns w communicators whose ranks are goroutines of this
+// process, rank i at index i. Options apply to every rank; ranks share one
+// host reducer unless WithReducer says otherwise.
+func NewInProc(w int, opts ...CommOption) ([]*Comm, error) {
+	ts, err := inproc.New(w)
+	if err != nil {
+		return nil, fmt.Errorf("detcoll: NewInProc: %w: %v", ErrInvalidArgument, err)
+	}
+	out := make([]*Comm, w)
+	for i, t := range ts {
+		c, err := New(t, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Rank is this rank's index in the group.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks W.
+func (c *Comm) Size() int { return c.size }
+
+// Transport is the transport this communicator runs over.
+func (c *Comm) Transport() transport.Transport { return c.t }
+
+// Stats returns the communicator's counters.
+func (c *Comm) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Err returns the error that poisoned the communicator, or nil.
+func (c *Comm) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.poison
+}
+
+// ReleaseWorkspace frees the retained workspace (the peak is kept in Stats).
+func (c *Comm) ReleaseWorkspace() {
+	c.mu.Lock()
+	c.ws = nil
+	c.stats.WorkspaceBytes = 0
+	c.mu.Unlock()
+}
+
+// Close releases the transport and the reducer. It is idempotent; pending
+// and later collectives fail with ErrClosed. Sub-communicators from Split are
+// closed too.
+func (c *Comm) Close() error {
+	// Close the transport first, without the lock, so a collective blocked in
+	// it returns and releases the lock.
+	err := c.t.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	for _, ch := range c.children {
+		ch.Close()
+	}
+	if c.ownRed {
+		c.reducer.Close()
+	}
+	return err
+}
+
+// workspace returns n bytes of the communicator's lazily grown workspace.
+func (c *Comm) workspace(n int) []byte {
+	if cap(c.ws) < n {
+		c.ws = make([]byte, n)
+		c.stats.WorkspaceBytes = n
+		c.stats.WorkspacePeakBytes = max(c.stats.WorkspacePeakBytes, n)
+	}
+	return c.ws[:n]
+}
+
+// begin takes the lock and checks the communicator is usable. The caller
+// must call c.mu.Unlock.
+func (c *Comm) begin(op string) error {
+	c.mu.Lock()
+	if c.closed {
+		return &Error{Op: op, Rank: c.rank, Peer: -1, Err: ErrClosed}
+	}
+	if c.poison != nil {
+		return &Error{Op: op, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: %w", ErrPoisoned, c.poison)}
+	}
+	return nil
+}
+
+func (c *Comm) argErr(op string, format string, args ...any) error {
+	return &Error{Op: op, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))}
+}
+
+// fail poisons the communicator, closes its transport so peers fail fast,
+// and returns the error to report. Called with c.mu held.
+func (c *Comm) fail(op string, err error) error {
+	peer := -1
+	var te *transport.Error
+	if errors.As(err, &te) {
+		peer = te.Peer
+	}
+	if c.closed {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	e := &Error{Op: op, Rank: c.rank, Peer: peer, Err: err}
+	if c.poison == nil {
+		c.poison = e
+	}
+	c.t.Close()
+	return e
+}
+
+// withTimeout applies the default timeout to a context without a deadline.
+func (c *Comm) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.timeout)
+}
+
+func (c *Comm) resolve(opts []Option, bytes int) (Algorithm, Accumulate) {
+	cc := callConfig{alg: c.cfg.alg, acc: c.cfg.acc}
+	for _, o := range opts {
+		o(&cc)
+	}
+	if cc.alg == Auto {
+		cc.alg = GatherTree
+		if bytes >= autoA2ABytes && c.size > 2 {
+			cc.alg = A2ATree
+		}
+	}
+	return cc.alg, cc.acc
+}
+
+// Tag phases: the high byte of every message tag, so a rank that is in a
+// different phase or collective than its peer sees ErrTagMismatch.
+const (
+	phaseSig uint32 = iota + 1
+	phaseGather
+	phaseA2A
+	phaseShards
+	phaseBcast
+	phaseScatter
+	phaseBarrier
+	phaseSplit
+)
+
+func tag(phase, h uint32) uint32 { return phase<<24 | h&0xFFFFFF }
+
+// exchange runs, concurrently for every peer p, Send(sendBuf(p)) and
+// Recv(recvBuf(p)), skipping either when its ok result is false. The first
+// error cancels the rest.
+func (c *Comm) exchange(ctx context.Context, tg uint32, sendBuf, recvBuf func(p int) ([]byte, bool)) error {
+	if c.size == 1 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	report := func(err error) {
+		once.Do(func() { first = err; cancel() })
+	}
+	for p := 0; p < c.size; p++ {
+		if p == c.rank {
+			continue
+		}
+		if b, ok := sendBuf(p); ok {
+			wg.Add(1)
+			go func(p int, b []byte) {
+				defer wg.Done()
+				if err := c.t.Send(ctx, p, tg, b); err != nil {
+					report(err)
+				}
+			}(p, b)
+		}
+		if b, ok := recvBuf(p); ok {
+			wg.Add(1)
+			go func(p int, b []byte) {
+				defer wg.Done()
+				if err := c.t.Recv(ctx, p, tg, b); err != nil {
+					report(err)
+				}
+			}(p, b)
+		}
+	}
+	wg.Wait()
+	return first
+}
+
+// allGatherBlocks sends mine to every peer and receives peer p's block into
+// blocks[p]. blocks[c.rank] is not touched.
+func (c *Comm) allGatherBlocks(ctx context.Context, tg uint32, mine []byte, blocks func(p int) []byte) error {
+	return c.exchange(ctx, tg,
+		func(int) ([]byte, bool) { return mine, true },
+		func(p int) ([]byte, bool) { return blocks(p), true })
+}
+
+// signature identifies a collective call for cross-rank validation.
+type signature struct {
+	op       uint8
+	dt       uint8
+	acc      uint8
+	alg      uint8
+	root     int32
+	lanes    uint32
+	count    uint64 // elements (per rank input for AllReduce/AllGather, output for ReduceScatter)
+	laneHash uint64 // hash of every lane's count, for the Many variants
+}
+
+const sigBytes = 32
+
+func (s signature) encode(b []byte) {
+	b[0], b[1], b[2], b[3] = s.op, s.dt, s.acc, s.alg
+	binary.LittleEndian.PutUint32(b[4:], uint32(s.root))
+	binary.LittleEndian.PutUint32(b[8:], s.lanes)
+	binary.LittleEndian.PutUint64(b[12:], s.count)
+	binary.LittleEndian.PutUint64(b[20:], s.laneHash)
+	binary.LittleEndian.PutUint32(b[28:], 0x5EED)
+}
+
+func decodeSig(b []byte) signature {
+	return signature{op: b[0], dt: b[1], acc: b[2], alg: b[3],
+		root:  int32(binary.LittleEndian.Uint32(b[4:])),
+		lanes: binary.LittleEndian.Uint32(b[8:]), count: binary.LittleEndian.Uint64(b[12:]),
+		laneHash: binary.LittleEndian.Uint64(b[20:])}
+}
+
+var opNames = []string{"?", "AllReduce", "AllGather", "ReduceScatter", "AllGatherMany", "ReduceScatterMany", "Broadcast", "Scatter", "Barrier", "Split"}
+
+const (
+	opAllReduce uint8 = iota + 1
+	opAllGather
+	opReduceScatter
+	opAllGatherMany
+	opReduceScatterMany
+	opBroadcast
+	opScatter
+	opBarrier
+	opSplit
+)
+
+func (s signature) String() string {
+	name := "?"
+	if int(s.op) < len(opNames) {
+		name = opNames[s.op]
+	}
+	str := fmt.Sprintf("%s(count=%d", name, s.count)
+	if s.dt != 0 {
+		str += fmt.Sprintf(", dtype=%v", DType(s.dt))
+	}
+	switch s.op {
+	case opAllReduce, opReduceScatter, opReduceScatterMany:
+		str += fmt.Sprintf(", accumulate=%v, algorithm=%v", Accumulate(s.acc), Algorithm(s.alg))
+	}
+	if s.op == opAllGatherMany || s.op == opReduceScatterMany {
+		str += fmt.Sprintf(", lanes=%d, lane-sizes-hash=%#x", s.lanes, s.laneHash)
+	}
+	if s.op == opBroadcast || s.op == opScatter {
+		str += fmt.Sprintf(", root=%d", s.root)
+	}
+	return str + ")"
+}
+
+func laneHash(counts []int) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	for _, n := range counts {
+		binary.LittleEndian.PutUint64(b[:], uint64(n))
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// validate compares s across ranks the first time this Comm sees it and
+// returns the tag hash that the collective's messages carry.
+func (c *Comm) validate(ctx context.Context, s signature) (uint32, error) {
+	if h, ok := c.sigs[s]; ok {
+		return h, nil
+	}
+	var mine [sigBytes]byte
+	s.encode(mine[:])
+	h := fnv.New32a()
+	h.Write(mine[:])
+	th := h.Sum32()
+	if c.size > 1 {
+		all := make([]byte, sigBytes*c.size)
+		copy(all[c.rank*sigBytes:], mine[:])
+		c.stats.SignatureExchanges++
+		err := c.allGatherBlocks(ctx, tag(phaseSig, 0), mine[:], func(p int) []byte { return all[p*sigBytes : (p+1)*sigBytes] })
+		if err != nil {
+			if errors.Is(err, transport.ErrTagMismatch) {
+				err = fmt.Errorf("%w: a peer is in another collective while this rank validates %v: %w", ErrMismatch, s, err)
+			}
+			return 0, err
+		}
+		var diff []string
+		for p := 0; p < c.size; p++ {
+			if ps := decodeSig(all[p*sigBytes:]); ps != s {
+				diff = append(diff, fmt.Sprintf("rank %d called %v", p, ps))
+			}
+		}
+		if diff != nil {
+			return 0, fmt.Errorf("%w: rank %d called %v; %v", ErrMismatch, c.rank, s, diff)
+		}
+	}
+	c.sigs[s] = th
+	return th, nil
+}
+
+// run is the frame of every collective: lock, state checks, argument checks
+// (check, which must not move data), signature validation, the data phase,
+// and poisoning on failure.
+func (c *Comm) run(ctx context.Context, op string, check func() (signature, error), body func(ctx context.Context, th uint32) error) error {
+	if err := c.begin(op); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	defer c.mu.Unlock()
+	s, err := check()
+	if err != nil {
+		return err
+	}
+	if ctx != nil && ctx.Err() != nil {
+		return &Error{Op: op, Rank: c.rank, Peer: -1, Err: ctx.Err()}
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	th, err := c.validate(ctx, s)
+	if err != nil {
+		return c.fail(op, err)
+	}
+	if err := body(ctx, th); err != nil {
+		if errors.Is(err, transport.ErrTagMismatch) {
+			err = fmt.Errorf("%w: a peer is in another collective while this rank runs %v: %w", ErrMismatch, s, err)
+		}
+		return c.fail(op, err)
+	}
+	c.stats.Collectives++
+	return nil
+}

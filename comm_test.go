@@ -1,0 +1,570 @@
+package detcoll
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/reduce"
+)
+
+// each runs fn on every rank concurrently and returns the per-rank errors.
+func each(comms []*Comm, fn func(c *Comm) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *Comm) {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}(i, c)
+	}
+	wg.Wait()
+	return errs
+}
+
+func mustEach(t *testing.T, comms []*Comm, fn func(c *Comm) error) {
+	t.Helper()
+	for r, err := range each(comms, fn) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func newComms(t *testing.T, w int, opts ...CommOption) []*Comm {
+	t.Helper()
+	comms, err := NewInProc(w, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
+
+var testDTypes = []DType{BF16, FP16, FP32, FP64}
+
+// randomBuf fills n elements with a mix of wide-range values and specials.
+func randomBuf(rng *rand.Rand, dt DType, n int) []byte {
+	b := make([]byte, n*dt.Size())
+	sp := []float64{0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), math.NaN(), 1e-40, 65504, 1e30}
+	for i := 0; i < n; i++ {
+		v := (rng.Float64()*2 - 1) * math.Pow(2, float64(rng.IntN(30)-10))
+		if rng.IntN(16) == 0 {
+			v = sp[rng.IntN(len(sp))]
+		}
+		switch dt {
+		case FP64:
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+		case FP32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+		case BF16:
+			binary.LittleEndian.PutUint16(b[2*i:], dtype.Float32ToBF16(float32(v)))
+		case FP16:
+			binary.LittleEndian.PutUint16(b[2*i:], dtype.Float32ToFP16(float32(v)))
+		}
+	}
+	return b
+}
+
+func oracle(t *testing.T, dt DType, acc Accumulate, ins [][]byte) []byte {
+	t.Helper()
+	out := make([]byte, len(ins[0]))
+	if err := reduce.Oracle(dt, acc, ins, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sweepCounts(w int) []int {
+	c := []int{0, 1, max(w-1, 1), 7, 13, 101, 1000*w + 3}
+	if os.Getenv("DETCOLL_LONG_TESTS") != "" {
+		c = append(c, 1<<18+5)
+	}
+	return c
+}
+
+// TestAllReduceMatchesOracle: both algorithms, every W 1…16, dtype, mode and
+// a sweep of counts (0, 1, < W, prime, not divisible by W, large) give the
+// oracle's bits on every rank.
+func TestAllReduceMatchesOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for w := 1; w <= 16; w++ {
+		comms := newComms(t, w)
+		for _, dt := range testDTypes {
+			for _, acc := range []Accumulate{AccumulateNative, AccumulateF32} {
+				if acc == AccumulateF32 && (dt == FP32 || dt == FP64) {
+					continue
+				}
+				for _, count := range sweepCounts(w) {
+					ins := make([][]byte, w)
+					for r := range ins {
+						ins[r] = randomBuf(rng, dt, count)
+					}
+					want := oracle(t, dt, acc, ins)
+					for _, alg := range []Algorithm{GatherTree, A2ATree} {
+						outs := make([][]byte, w)
+						inPlace := count%2 == 1
+						mustEach(t, comms, func(c *Comm) error {
+							send := append([]byte(nil), ins[c.Rank()]...)
+							recv := make([]byte, len(send))
+							if inPlace {
+								recv = send
+							}
+							outs[c.Rank()] = recv
+							return c.AllReduce(context.Background(), send, recv, dt, WithAlgorithm(alg), WithAccumulate(acc))
+						})
+						for r, o := range outs {
+							if !bytes.Equal(o, want) {
+								t.Fatalf("W=%d %v %v count=%d %v in-place=%v rank %d differs from oracle", w, dt, acc, count, alg, inPlace, r)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAllGather(t *testing.T) {
+	for _, w := range []int{1, 2, 3, 5, 8, 13} {
+		comms := newComms(t, w)
+		for _, count := range []int{0, 1, 3, 1025} {
+			for _, inPlace := range []bool{false, true} {
+				outs := make([][]byte, w)
+				mustEach(t, comms, func(c *Comm) error {
+					recv := make([]byte, w*count*4)
+					send := bytes.Repeat([]byte{byte(c.Rank() + 1), 0xAA, 0x55, byte(c.Rank())}, count)
+					if inPlace {
+						copy(recv[c.Rank()*count*4:], send)
+						send = recv[c.Rank()*count*4 : (c.Rank()+1)*count*4]
+					}
+					outs[c.Rank()] = recv
+					return c.AllGather(context.Background(), send, recv, FP32)
+				})
+				var want []byte
+				for r := 0; r < w; r++ {
+					want = append(want, bytes.Repeat([]byte{byte(r + 1), 0xAA, 0x55, byte(r)}, count)...)
+				}
+				for r, o := range outs {
+					if !bytes.Equal(o, want) {
+						t.Fatalf("W=%d count=%d in-place=%v: rank %d wrong", w, count, inPlace, r)
+					}
+				}
+			}
+		}
+		for _, c := range comms {
+			if s := c.Stats(); s.WorkspacePeakBytes != 0 {
+				t.Fatalf("AllGather used %d bytes of workspace", s.WorkspacePeakBytes)
+			}
+		}
+	}
+}
+
+func TestReduceScatterMatchesOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for w := 1; w <= 16; w++ {
+		comms := newComms(t, w)
+		for _, dt := range testDTypes {
+			for _, count := range []int{0, 1, 7, 129} {
+				ins := make([][]byte, w)
+				for r := range ins {
+					ins[r] = randomBuf(rng, dt, w*count)
+				}
+				full := oracle(t, dt, AccumulateNative, ins)
+				for _, alg := range []Algorithm{GatherTree, A2ATree} {
+					outs := make([][]byte, w)
+					mustEach(t, comms, func(c *Comm) error {
+						outs[c.Rank()] = make([]byte, count*dt.Size())
+						return c.ReduceScatter(context.Background(), ins[c.Rank()], outs[c.Rank()], dt, WithAlgorithm(alg))
+					})
+					for r, o := range outs {
+						n := count * dt.Size()
+						if !bytes.Equal(o, full[r*n:(r+1)*n]) {
+							t.Fatalf("W=%d %v count=%d %v: rank %d differs from oracle", w, dt, count, alg, r)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestManyLanes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for _, w := range []int{1, 3, 4, 6} {
+		comms := newComms(t, w)
+		lanes := []int{5, 0, 17} // elements per rank per lane (output of RS)
+		dt := BF16
+		ins := make([][][]byte, w) // rank, lane
+		for r := range ins {
+			for _, n := range lanes {
+				ins[r] = append(ins[r], randomBuf(rng, dt, w*n))
+			}
+		}
+		for _, alg := range []Algorithm{GatherTree, A2ATree} {
+			outs := make([][][]byte, w)
+			mustEach(t, comms, func(c *Comm) error {
+				for _, n := range lanes {
+					outs[c.Rank()] = append(outs[c.Rank()], make([]byte, n*2))
+				}
+				return c.ReduceScatterMany(context.Background(), ins[c.Rank()], outs[c.Rank()], dt, WithAlgorithm(alg))
+			})
+			for l, n := range lanes {
+				laneIns := make([][]byte, w)
+				for r := range laneIns {
+					laneIns[r] = ins[r][l]
+				}
+				full := oracle(t, dt, AccumulateNative, laneIns)
+				for r := 0; r < w; r++ {
+					if !bytes.Equal(outs[r][l], full[r*n*2:(r+1)*n*2]) {
+						t.Fatalf("RSMany W=%d %v lane %d rank %d differs", w, alg, l, r)
+					}
+				}
+			}
+		}
+		// AllGatherMany
+		gouts := make([][][]byte, w)
+		mustEach(t, comms, func(c *Comm) error {
+			var sends [][]byte
+			for l, n := range lanes {
+				sends = append(sends, ins[c.Rank()][l][:n*2])
+				gouts[c.Rank()] = append(gouts[c.Rank()], make([]byte, w*n*2))
+			}
+			return c.AllGatherMany(context.Background(), sends, gouts[c.Rank()], dt)
+		})
+		for l, n := range lanes {
+			var want []byte
+			for r := 0; r < w; r++ {
+				want = append(want, ins[r][l][:n*2]...)
+			}
+			for r := 0; r < w; r++ {
+				if !bytes.Equal(gouts[r][l], want) {
+					t.Fatalf("AGMany W=%d lane %d rank %d differs", w, l, r)
+				}
+			}
+		}
+	}
+}
+
+func TestBroadcastScatterBarrier(t *testing.T) {
+	w := 5
+	comms := newComms(t, w)
+	negZero := []byte{0, 0, 0, 0x80} // fp32 -0 survives a Scatter
+	mustEach(t, comms, func(c *Comm) error {
+		buf := make([]byte, 6)
+		if c.Rank() == 3 {
+			copy(buf, "detcol")
+		}
+		if err := c.Broadcast(context.Background(), buf, 3); err != nil {
+			return err
+		}
+		if string(buf) != "detcol" {
+			return fmt.Errorf("broadcast got %q", buf)
+		}
+		var send []byte
+		if c.Rank() == 1 {
+			for r := 0; r < w; r++ {
+				send = append(send, negZero...)
+				send[len(send)-4] = byte(r)
+			}
+		}
+		recv := make([]byte, 4)
+		if err := c.Scatter(context.Background(), send, recv, 1); err != nil {
+			return err
+		}
+		if !bytes.Equal(recv, []byte{byte(c.Rank()), 0, 0, 0x80}) {
+			return fmt.Errorf("scatter got %x", recv)
+		}
+		return c.Barrier(context.Background())
+	})
+}
+
+func TestSplit(t *testing.T) {
+	// A 2 (TP) × 3 (CP) mesh over 6 ranks: TP groups by color rank/2... CP groups by rank%2.
+	w := 6
+	comms := newComms(t, w)
+	rng := rand.New(rand.NewPCG(1, 1))
+	ins := make([][]byte, w)
+	for r := range ins {
+		ins[r] = randomBuf(rng, FP32, 33)
+	}
+	subs := make([]*Comm, w)
+	mustEach(t, comms, func(c *Comm) error {
+		s, err := c.Split(context.Background(), c.Rank()%2, -c.Rank()) // reversed order by key
+		subs[c.Rank()] = s
+		return err
+	})
+	for r, s := range subs {
+		if s.Size() != 3 {
+			t.Fatalf("rank %d: sub size %d", r, s.Size())
+		}
+		wantRank := 2 - r/2 // keys are -rank: the highest parent rank comes first
+		if s.Rank() != wantRank {
+			t.Fatalf("parent rank %d: sub rank %d, want %d", r, s.Rank(), wantRank)
+		}
+	}
+	outs := make([][]byte, w)
+	mustEach(t, subs, func(s *Comm) error {
+		var me int
+		for i := range subs {
+			if subs[i] == s {
+				me = i
+			}
+		}
+		outs[me] = make([]byte, len(ins[me]))
+		return s.AllReduce(context.Background(), ins[me], outs[me], FP32)
+	})
+	for color := 0; color < 2; color++ {
+		// sub rank order: parent ranks descending within the color
+		var group [][]byte
+		for p := w - 2 + color; p >= 0; p -= 2 {
+			group = append(group, ins[p])
+		}
+		want := oracle(t, FP32, AccumulateNative, group)
+		for p := color; p < w; p += 2 {
+			if !bytes.Equal(outs[p], want) {
+				t.Fatalf("color %d parent rank %d: sub AllReduce differs from oracle over the sub-group", color, p)
+			}
+		}
+	}
+	// Undefined opts out.
+	mustEach(t, comms, func(c *Comm) error {
+		color := 0
+		if c.Rank() == 0 {
+			color = Undefined
+		}
+		s, err := c.Split(context.Background(), color, 0)
+		if err != nil {
+			return err
+		}
+		if (s == nil) != (c.Rank() == 0) {
+			return fmt.Errorf("rank %d: sub %v", c.Rank(), s)
+		}
+		return nil
+	})
+}
+
+func TestWorkspace(t *testing.T) {
+	w := 4
+	const n = 4000 // bytes per rank, divisible by W
+	comms := newComms(t, w)
+	run := func(alg Algorithm) {
+		mustEach(t, comms, func(c *Comm) error {
+			send := make([]byte, n)
+			return c.AllReduce(context.Background(), send, make([]byte, n), FP32, WithAlgorithm(alg))
+		})
+	}
+	run(GatherTree)
+	for _, c := range comms {
+		if s := c.Stats(); s.WorkspaceBytes != (w-1)*n || s.WorkspacePeakBytes != (w-1)*n {
+			t.Fatalf("gather_tree workspace %+v, want %d", s, (w-1)*n)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		run(GatherTree)
+		run(A2ATree) // needs less: reuses the same buffer
+	}
+	for _, c := range comms {
+		if s := c.Stats(); s.WorkspaceBytes != (w-1)*n || s.WorkspacePeakBytes != (w-1)*n {
+			t.Fatalf("workspace grew on reuse: %+v", s)
+		}
+		c.ReleaseWorkspace()
+	}
+	run(A2ATree)
+	for _, c := range comms {
+		if s := c.Stats(); s.WorkspaceBytes != (w-1)*n/w {
+			t.Fatalf("a2a_tree workspace %d, want %d", s.WorkspaceBytes, (w-1)*n/w)
+		}
+	}
+}
+
+func TestSignatureValidatedOnce(t *testing.T) {
+	comms := newComms(t, 3)
+	for i := 0; i < 5; i++ {
+		mustEach(t, comms, func(c *Comm) error {
+			b := make([]byte, 64)
+			return c.AllReduce(context.Background(), b, b, FP32)
+		})
+	}
+	for _, c := range comms {
+		if s := c.Stats(); s.SignatureExchanges != 1 || s.Collectives != 5 {
+			t.Fatalf("after 5 identical calls: %+v (want 1 exchange)", s)
+		}
+	}
+	mustEach(t, comms, func(c *Comm) error {
+		b := make([]byte, 128) // new count: a new signature
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+	for _, c := range comms {
+		if s := c.Stats(); s.SignatureExchanges != 2 {
+			t.Fatalf("new signature not exchanged: %+v", s)
+		}
+	}
+}
+
+func TestMismatchErrorsOnEveryRank(t *testing.T) {
+	comms := newComms(t, 3, WithTimeout(2*time.Second))
+	errs := each(comms, func(c *Comm) error {
+		b := make([]byte, 64)
+		if c.Rank() == 2 {
+			return c.AllReduce(context.Background(), b[:32], b[:32], FP32)
+		}
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank %d: want ErrMismatch, got %v", r, err)
+		}
+		if !strings.Contains(err.Error(), "rank 2 called AllReduce(count=8") && r != 2 {
+			t.Fatalf("rank %d: error does not name rank 2's call: %v", r, err)
+		}
+	}
+	// Poisoned afterwards.
+	for _, c := range comms {
+		if err := c.Barrier(context.Background()); !errors.Is(err, ErrPoisoned) {
+			t.Fatalf("after a mismatch: want ErrPoisoned, got %v", err)
+		}
+	}
+}
+
+// A validated (cached) signature on some ranks and a new one on another must
+// still fail on every rank, within the timeout.
+func TestMismatchAfterValidation(t *testing.T) {
+	comms := newComms(t, 3, WithTimeout(2*time.Second))
+	mustEach(t, comms, func(c *Comm) error {
+		b := make([]byte, 64)
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+	start := time.Now()
+	errs := each(comms, func(c *Comm) error {
+		b := make([]byte, 64)
+		if c.Rank() == 1 {
+			return c.AllGather(context.Background(), b[:16], make([]byte, 48), FP32)
+		}
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d: mismatched collective succeeded", r)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("mismatch took %v to surface", d)
+	}
+}
+
+func TestDeadPeer(t *testing.T) {
+	comms := newComms(t, 4, WithTimeout(2*time.Second))
+	start := time.Now()
+	errs := each(comms, func(c *Comm) error {
+		if c.Rank() == 3 {
+			return c.Close() // rank 3 dies instead of calling
+		}
+		b := make([]byte, 1024)
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+	for r := 0; r < 3; r++ {
+		if errs[r] == nil {
+			t.Fatalf("rank %d: collective with a dead peer succeeded", r)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("dead peer took %v to surface", d)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	comms := newComms(t, 2)
+	c := comms[0]
+	ctx := context.Background()
+	b8 := make([]byte, 8)
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"AllReduce ragged", func() error { return c.AllReduce(ctx, make([]byte, 7), make([]byte, 7), FP32) }},
+		{"AllReduce recv length", func() error { return c.AllReduce(ctx, b8, make([]byte, 4), FP32) }},
+		{"AllReduce bad dtype", func() error { return c.AllReduce(ctx, b8, make([]byte, 8), Byte) }},
+		{"AllReduce invalid dtype", func() error { return c.AllReduce(ctx, b8, make([]byte, 8), DType(99)) }},
+		{"AllReduce partial overlap", func() error { b := make([]byte, 12); return c.AllReduce(ctx, b[:8], b[4:], FP32) }},
+		{"AllReduce bad algorithm", func() error { return c.AllReduce(ctx, b8, make([]byte, 8), FP32, WithAlgorithm(9)) }},
+		{"AllReduce bad accumulate", func() error { return c.AllReduce(ctx, b8, make([]byte, 8), FP32, WithAccumulate(9)) }},
+		{"AllGather recv length", func() error { return c.AllGather(ctx, b8, make([]byte, 8), FP32) }},
+		{"AllGather overlap", func() error { b := make([]byte, 16); return c.AllGather(ctx, b[2:10], b, FP32) }},
+		{"ReduceScatter not divisible", func() error { return c.ReduceScatter(ctx, make([]byte, 12), make([]byte, 4), FP32) }},
+		{"ReduceScatter bad dtype", func() error { return c.ReduceScatter(ctx, b8, make([]byte, 4), DType(0)) }},
+		{"ReduceScatterMany lanes", func() error { return c.ReduceScatterMany(ctx, [][]byte{b8}, nil, FP32) }},
+		{"AllGatherMany lanes", func() error { return c.AllGatherMany(ctx, [][]byte{b8}, nil, FP32) }},
+		{"Broadcast root", func() error { return c.Broadcast(ctx, b8, 2) }},
+		{"Scatter root", func() error { return c.Scatter(ctx, nil, b8, -1) }},
+		{"Scatter send length", func() error { return c.Scatter(ctx, b8, b8, 0) }},
+		{"Split color", func() error { _, err := c.Split(ctx, -5, 0); return err }},
+	}
+	for _, cs := range cases {
+		err := cs.call()
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: want ErrInvalidArgument, got %v", cs.name, err)
+		}
+	}
+	// Argument errors leave the communicator usable.
+	mustEach(t, comms, func(c *Comm) error { return c.Barrier(ctx) })
+	// A cancelled context.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := c.Barrier(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: got %v", err)
+	}
+	// Out-of-range construction.
+	if _, err := NewInProc(0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("NewInProc(0): %v", err)
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("New(nil): %v", err)
+	}
+	// Closed.
+	comms[1].Close()
+	comms[1].Close()
+	if err := comms[1].Barrier(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("closed communicator: got %v", err)
+	}
+}
+
+func TestContextTimeoutPoisons(t *testing.T) {
+	comms := newComms(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := comms[0].Barrier(ctx) // rank 1 never comes
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want DeadlineExceeded, got %v", err)
+	}
+	if err := comms[0].Barrier(context.Background()); !errors.Is(err, ErrPoisoned) {
+		t.Fatalf("want ErrPoisoned, got %v", err)
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range []Algorithm{Auto, GatherTree, A2ATree} {
+		b, err := ParseAlgorithm(a.String())
+		if err != nil || b != a {
+			t.Fatalf("%v: %v %v", a, b, err)
+		}
+	}
+	if _, err := ParseAlgorithm("ring"); err == nil {
+		t.Fatal("ring accepted")
+	}
+}

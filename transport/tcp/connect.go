@@ -1,0 +1,495 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// Rendezvous is the part of a key-value store (such as store.Store) that
+// Connect uses: Set publishes this rank's address, Get blocks until a peer's
+// address exists or ctx is done.
+type Rendezvous interface {
+	Set(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// EnvHost names the environment variable that supplies Options.Host when it
+// is empty.
+const EnvHost = "DETCOLL_TCP_HOST"
+
+// DefaultChunkSize is the default Options.ChunkSize.
+const DefaultChunkSize = 1 << 20
+
+// DefaultDialTimeout is the default Options.DialTimeout.
+const DefaultDialTimeout = 60 * time.Second
+
+// Options tune Connect. The zero value is ready to use.
+type Options struct {
+	// Host is the IP address or host name to listen on and to advertise to
+	// the peers; it must be one they can dial. Empty means $DETCOLL_TCP_HOST,
+	// or "127.0.0.1" when that is unset too.
+	Host string
+
+	// DialTimeout bounds the whole of Connect (and of Sub): waiting for the
+	// peers' addresses, dialing, handshakes, and waiting for the higher ranks
+	// to dial in. Zero means DefaultDialTimeout (60s).
+	DialTimeout time.Duration
+
+	// ChunkSize is how many payload bytes one checksum covers on the frames
+	// this rank sends, rounded down to a power of two in 4 KiB…1 GiB. Zero
+	// means DefaultChunkSize; negative means one checksum per frame. Chunks
+	// let the sender checksum a piece while the previous one is on the wire.
+	// Receivers accept any chunk size, so ranks may differ.
+	ChunkSize int
+
+	// ReadBuffer and WriteBuffer set SO_RCVBUF and SO_SNDBUF on every
+	// connection when positive. Zero keeps the operating system's default
+	// (and, on Linux, its buffer auto-tuning), which is usually best.
+	ReadBuffer, WriteBuffer int
+}
+
+func (o Options) withDefaults() (Options, uint8) {
+	if o.Host == "" {
+		o.Host = os.Getenv(EnvHost)
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	var shift uint8
+	if o.ChunkSize > 0 {
+		shift = uint8(bits.Len(uint(o.ChunkSize)) - 1)
+		shift = min(max(shift, minChunkShift), maxChunkShift)
+	}
+	return o, shift
+}
+
+func addrKey(prefix string, rank int) string { return prefix + "/addr/" + strconv.Itoa(rank) }
+
+// Connect joins the group of size ranks whose members all call Connect with
+// the same st, prefix and size, and returns rank's end of a fully connected
+// mesh: one TCP connection per pair of ranks, dialed by the higher rank.
+//
+// Each rank with higher ranks to hear from listens on Options.Host and
+// publishes its address under prefix+"/addr/<rank>" (the only key it
+// writes); the others read those keys and dial. The listener is closed once
+// every higher rank has connected. Connect returns when this rank is
+// connected to every other, or fails when ctx is done or Options.DialTimeout
+// passes first (the error wraps context.Canceled or
+// context.DeadlineExceeded and names the missing ranks).
+func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, opt Options) (*Transport, error) {
+	return connect(ctx, st, prefix, rank, size, opt, nil)
+}
+
+func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, opt Options, members []int) (*Transport, error) {
+	fail := func(err error) error { return &transport.Error{Op: "connect", Rank: rank, Peer: -1, Err: err} }
+	switch {
+	case st == nil:
+		return nil, fail(errors.New("tcp: nil Rendezvous"))
+	case size < 1 || size > math.MaxInt32:
+		return nil, fail(fmt.Errorf("tcp: invalid group size %d", size))
+	case rank < 0 || rank >= size:
+		return nil, fail(fmt.Errorf("tcp: invalid rank %d for a group of %d", rank, size))
+	}
+	opt, shift := opt.withDefaults()
+	t := &Transport{
+		rank: rank, size: size, prefix: prefix, st: st, opt: opt, shift: shift,
+		peers:    make([]*peer, size),
+		children: map[*Transport]struct{}{},
+		subSeq:   map[uint64]int{},
+	}
+	t.life, t.kill = context.WithCancel(context.Background())
+	if size == 1 {
+		return t, nil
+	}
+	m := &mesher{st: st, prefix: prefix, rank: rank, size: size, group: groupHash(prefix, members), opt: opt}
+	conns, err := m.run(ctx)
+	if err != nil {
+		t.kill()
+		return nil, err
+	}
+	for i, c := range conns {
+		if i != rank {
+			t.peers[i] = newPeer(i, c)
+		}
+	}
+	return t, nil
+}
+
+// mesher builds the connections of one rank.
+type mesher struct {
+	st     Rendezvous
+	prefix string
+	rank   int
+	size   int
+	group  uint64
+	opt    Options
+
+	ln     *net.TCPListener
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	conns    []*net.TCPConn
+	reserved []bool // an accepted hello from that rank is being answered
+	need     int    // higher ranks not connected yet
+	err      error  // first error; it cancels the others
+	errPeer  int
+	rejected string // the last stray connection turned away, for the error
+}
+
+func (m *mesher) setErr(peer int, err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err, m.errPeer = err, peer
+	}
+	m.mu.Unlock()
+	m.cancel(err)
+}
+
+func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
+	d := m.opt.DialTimeout
+	tctx, tcancel := context.WithTimeoutCause(ctx, d,
+		fmt.Errorf("tcp: group not connected within DialTimeout %v: %w", d, context.DeadlineExceeded))
+	defer tcancel()
+	cctx, cancel := context.WithCancelCause(tctx)
+	defer cancel(nil)
+	m.cancel = cancel
+	m.conns = make([]*net.TCPConn, m.size)
+	m.reserved = make([]bool, m.size)
+	m.need = m.size - 1 - m.rank
+
+	fail := func(err error) error { return &transport.Error{Op: "connect", Rank: m.rank, Peer: -1, Err: err} }
+	var wg sync.WaitGroup
+	if m.need > 0 {
+		ln, addr, err := listen(cctx, m.opt.Host)
+		if err != nil {
+			return nil, fail(err)
+		}
+		m.ln = ln
+		defer ln.Close()
+		if err := m.st.Set(cctx, addrKey(m.prefix, m.rank), []byte(addr)); err != nil {
+			return nil, fail(fmt.Errorf("tcp: publishing address %s: %w", addr, err))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.acceptLoop(cctx); err != nil {
+				m.setErr(-1, err)
+			}
+		}()
+	}
+	for p := 0; p < m.rank; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := m.dial(cctx, p)
+			if err != nil {
+				m.setErr(p, err)
+				return
+			}
+			m.mu.Lock()
+			m.conns[p] = c
+			m.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var missing []int
+	for p, c := range m.conns {
+		if p != m.rank && c == nil {
+			missing = append(missing, p)
+		}
+	}
+	err := m.err
+	if err == nil && len(missing) > 0 {
+		err = context.Cause(cctx)
+		if err == nil {
+			err = errors.New("tcp: internal error: connect ended with peers missing")
+		}
+	}
+	if err == nil {
+		return m.conns, nil
+	}
+	for _, c := range m.conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if len(missing) > 0 {
+		err = fmt.Errorf("%w (no connection to ranks %v)", err, missing)
+	}
+	if m.rejected != "" {
+		err = fmt.Errorf("%w (turned away %s)", err, m.rejected)
+	}
+	peer := m.errPeer
+	if m.err == nil {
+		peer = -1
+	}
+	return nil, &transport.Error{Op: "connect", Rank: m.rank, Peer: peer, Err: err}
+}
+
+func listen(ctx context.Context, host string) (*net.TCPListener, string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, "", fmt.Errorf("tcp: listen on %s: %w", host, err)
+	}
+	ln := l.(*net.TCPListener)
+	a := ln.Addr().(*net.TCPAddr)
+	if a.IP.IsUnspecified() {
+		ln.Close()
+		return nil, "", fmt.Errorf("tcp: host %q is not an address peers can dial; set Options.Host or %s", host, EnvHost)
+	}
+	return ln, a.String(), nil
+}
+
+func (m *mesher) tune(c *net.TCPConn) {
+	c.SetNoDelay(true)
+	if m.opt.ReadBuffer > 0 {
+		c.SetReadBuffer(m.opt.ReadBuffer)
+	}
+	if m.opt.WriteBuffer > 0 {
+		c.SetWriteBuffer(m.opt.WriteBuffer)
+	}
+}
+
+// acceptLoop accepts the higher ranks until all have connected. Each
+// connection is handshaken in its own goroutine, so a silent stray cannot
+// hold up the others; strays still pending when the loop ends are dropped.
+func (m *mesher) acceptLoop(ctx context.Context) error {
+	actx, acancel := context.WithCancel(ctx)
+	var hs sync.WaitGroup
+	defer func() {
+		acancel()
+		hs.Wait()
+	}()
+	stop := context.AfterFunc(ctx, func() { m.ln.Close() })
+	defer stop()
+	for {
+		c, err := m.ln.AcceptTCP()
+		if err != nil {
+			m.mu.Lock()
+			done := m.need == 0
+			m.mu.Unlock()
+			switch {
+			case done:
+				return nil
+			case ctx.Err() != nil:
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("tcp: accept: %w", err)
+		}
+		hs.Add(1)
+		go func() {
+			defer hs.Done()
+			m.serverHandshake(actx, c)
+		}()
+	}
+}
+
+// withConn runs fn with ctx mapped onto c's deadline. It fails with ctx's
+// cause when ctx ends first; on success c has no deadline left.
+func withConn(ctx context.Context, c *net.TCPConn, fn func() error) error {
+	dl, _ := ctx.Deadline()
+	c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
+	err := fn()
+	if !stop() {
+		// The callback ran (or is running): c may carry a past deadline. The
+		// caller closes c on error.
+		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.Cause(ctx)
+		}
+		return err
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctxDone(ctx) {
+			if cause := context.Cause(ctx); cause != nil {
+				return cause
+			}
+			return context.DeadlineExceeded
+		}
+		return err
+	}
+	c.SetDeadline(time.Time{})
+	return nil
+}
+
+func (m *mesher) check(h hello) uint8 {
+	switch {
+	case h.version != protocolVersion:
+		return reasonVersion
+	case h.group != m.group:
+		return reasonGroup
+	case h.size != uint32(m.size):
+		return reasonSize
+	case h.to != uint32(m.rank) || h.from <= uint32(m.rank) || h.from >= uint32(m.size):
+		return reasonRank
+	}
+	return reasonNone
+}
+
+func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8) {
+	var b [helloLen]byte
+	encodeHello(&b, hello{version: protocolVersion, kind: kindReject, reason: reason, group: m.group,
+		from: uint32(m.rank), to: h.from, size: uint32(m.size)})
+	c.Write(b[:])
+	m.mu.Lock()
+	m.rejected = fmt.Sprintf("a connection from %v claiming rank %d: %s", c.RemoteAddr(), h.from, reasonString(reason))
+	m.mu.Unlock()
+}
+
+// serverHandshake answers one accepted connection: a valid hello from a
+// missing higher rank is accepted and registered; a detcoll hello that does
+// not fit is rejected with a reason; anything else is dropped unanswered.
+func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
+	var from = -1
+	err := withConn(ctx, c, func() error {
+		var b [helloLen]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			return err
+		}
+		h, err := decodeHello(b[:])
+		if err != nil {
+			return err
+		}
+		if h.kind != kindHello {
+			return errHelloKind
+		}
+		reason := m.check(h)
+		if reason == reasonNone {
+			m.mu.Lock()
+			if m.reserved[h.from] || m.conns[h.from] != nil {
+				reason = reasonDuplicate
+			} else {
+				m.reserved[h.from] = true
+				from = int(h.from)
+			}
+			m.mu.Unlock()
+		}
+		if reason != reasonNone {
+			m.reject(c, h, reason)
+			return errors.New(reasonString(reason))
+		}
+		encodeHello(&b, hello{version: protocolVersion, kind: kindAccept, group: m.group,
+			from: uint32(m.rank), to: h.from, size: uint32(m.size)})
+		_, err = c.Write(b[:])
+		return err
+	})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if from >= 0 {
+		m.reserved[from] = false
+	}
+	if err != nil {
+		c.Close()
+		return
+	}
+	m.tune(c)
+	m.conns[from] = c
+	m.need--
+	if m.need == 0 {
+		m.ln.Close() // ends acceptLoop
+	}
+}
+
+// rejectedError is a handshake the acceptor answered with a reject.
+type rejectedError struct {
+	peer   int
+	reason uint8
+}
+
+func (e *rejectedError) Error() string {
+	return fmt.Sprintf("tcp: rank %d rejected the handshake: %s", e.peer, reasonString(e.reason))
+}
+
+// dial connects to lower rank p, retrying (with a fresh look at p's address
+// each time) until the handshake succeeds or ctx ends. Rejections that
+// retrying cannot cure (protocol version, group size, duplicate) end it at
+// once.
+func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
+	var d net.Dialer
+	backoff := 5 * time.Millisecond
+	var last error
+	for {
+		addr, err := m.st.Get(ctx, addrKey(m.prefix, p))
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return nil, fmt.Errorf("waiting for rank %d's address: %w", p, cause)
+			}
+			return nil, fmt.Errorf("tcp: reading rank %d's address: %w", p, err)
+		}
+		nc, err := d.DialContext(ctx, "tcp", string(addr))
+		if err == nil {
+			c := nc.(*net.TCPConn)
+			err = m.clientHandshake(ctx, c, p)
+			if err == nil {
+				m.tune(c)
+				return c, nil
+			}
+			c.Close()
+			var re *rejectedError
+			if errors.As(err, &re) && (re.reason == reasonVersion || re.reason == reasonSize || re.reason == reasonDuplicate) {
+				return nil, fmt.Errorf("tcp: rank %d at %s: %w", p, addr, err)
+			}
+		}
+		last = fmt.Errorf("rank %d at %s: %w", p, addr, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (m *mesher) clientHandshake(ctx context.Context, c *net.TCPConn, p int) error {
+	return withConn(ctx, c, func() error {
+		var b [helloLen]byte
+		encodeHello(&b, hello{version: protocolVersion, kind: kindHello, group: m.group,
+			from: uint32(m.rank), to: uint32(p), size: uint32(m.size)})
+		if _, err := c.Write(b[:]); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+				return fmt.Errorf("tcp: closed without answering the handshake (not a detcoll listener?): %w", err)
+			}
+			return err
+		}
+		h, err := decodeHello(b[:])
+		if err != nil {
+			return fmt.Errorf("tcp: bad handshake answer: %w", err)
+		}
+		if h.kind == kindReject {
+			return &rejectedError{peer: p, reason: h.reason}
+		}
+		want := hello{version: protocolVersion, kind: kindAccept, group: m.group, from: uint32(p), to: uint32(m.rank), size: uint32(m.size)}
+		if h != want {
+			return fmt.Errorf("tcp: unexpected handshake answer %+v, want %+v", h, want)
+		}
+		return nil
+	})
+}

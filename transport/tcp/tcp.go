@@ -1,0 +1,440 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// ErrBroken is wrapped by the errors of calls on a peer connection that an
+// earlier error left out of step (a frame cut off by a context, a corrupt or
+// mismatched frame, a dead peer). The connection has been closed; the peer's
+// calls fail too.
+var ErrBroken = errors.New("tcp: connection broken by an earlier error")
+
+// Transport is one rank's end of a fully connected TCP mesh. See the package
+// doc for the contract.
+type Transport struct {
+	rank, size int
+	prefix     string
+	st         Rendezvous
+	opt        Options
+	shift      uint8   // chunk shift this rank sends with
+	peers      []*peer // nil at index rank
+
+	closed atomic.Bool
+	life   context.Context // cancelled by Close; aborts Sub's rendezvous
+	kill   context.CancelFunc
+	parent *Transport
+
+	mu       sync.Mutex
+	children map[*Transport]struct{}
+	subSeq   map[uint64]int
+}
+
+var (
+	_ transport.Transport = (*Transport)(nil)
+	_ transport.Splitter  = (*Transport)(nil)
+	_ transport.Namer     = (*Transport)(nil)
+)
+
+// peer is the connection to one other rank. Each direction has its own lock,
+// buffers and deadline; the two directions run concurrently.
+type peer struct {
+	id int
+	c  *net.TCPConn
+
+	bmu   sync.Mutex
+	cause error // why the connection broke; nil while healthy
+
+	snd, rcv direction
+}
+
+type direction struct {
+	mu    sync.Mutex // serialises the calls of this direction
+	write bool
+	c     *net.TCPConn
+	dl    time.Time      // deadline now set on the conn for this direction
+	fired sync.WaitGroup // one count per armed context, released by its callback or by disarm
+	fire  func()         // the context.AfterFunc callback: sets a past deadline
+	hdr   [frameHeaderLen]byte
+	crc   [4]byte
+	bufs  [2][]byte
+	nb    net.Buffers
+}
+
+// aLongTimeAgo is a deadline in the past: it makes pending I/O return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func newPeer(id int, c *net.TCPConn) *peer {
+	p := &peer{id: id, c: c}
+	for _, d := range []*direction{&p.snd, &p.rcv} {
+		d.c = c
+		d.write = d == &p.snd
+		d.fire = func() {
+			defer d.fired.Done()
+			d.setConnDeadline(aLongTimeAgo)
+		}
+	}
+	return p
+}
+
+func (d *direction) setConnDeadline(t time.Time) {
+	if d.write {
+		d.c.SetWriteDeadline(t)
+	} else {
+		d.c.SetReadDeadline(t)
+	}
+}
+
+// arm maps ctx onto the connection: its deadline becomes the direction's
+// deadline, its cancellation sets a past deadline. disarm must follow.
+func (d *direction) arm(ctx context.Context) (stop func() bool) {
+	dl, _ := ctx.Deadline()
+	if !dl.Equal(d.dl) {
+		d.dl = dl
+		d.setConnDeadline(dl)
+	}
+	if ctx.Done() == nil {
+		return nil
+	}
+	d.fired.Add(1)
+	return context.AfterFunc(ctx, d.fire)
+}
+
+func (d *direction) disarm(stop func() bool) {
+	if stop == nil {
+		return
+	}
+	if stop() {
+		d.fired.Done() // the callback will never run
+		return
+	}
+	d.fired.Wait() // the callback ran or is running: let it finish
+	d.dl = aLongTimeAgo
+}
+
+func (p *peer) brokenCause() error {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	return p.cause
+}
+
+// breakConn records why the stream is out of step and closes the connection
+// so the peer learns at once instead of waiting for the rest of a frame.
+func (p *peer) breakConn(cause error) {
+	p.bmu.Lock()
+	if p.cause == nil {
+		p.cause = cause
+	}
+	p.bmu.Unlock()
+	p.c.Close()
+}
+
+func brokenErr(cause error) error {
+	if errors.Is(cause, transport.ErrPeerClosed) {
+		return fmt.Errorf("%w: %w", ErrBroken, cause)
+	}
+	return fmt.Errorf("%w: %v", ErrBroken, cause)
+}
+
+// Rank returns this rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size returns the group size.
+func (t *Transport) Size() int { return t.size }
+
+// Name returns "tcp".
+func (t *Transport) Name() string { return "tcp" }
+
+func (t *Transport) fail(op string, peer int, err error) error {
+	return &transport.Error{Op: op, Rank: t.rank, Peer: peer, Err: err}
+}
+
+// usable reports why a call on p cannot start, or nil.
+func (t *Transport) usable(p *peer) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if cause := p.brokenCause(); cause != nil {
+		return brokenErr(cause)
+	}
+	return nil
+}
+
+// Send writes one frame to peer. It returns once the kernel has taken the
+// whole frame, which for messages larger than the socket buffers means the
+// peer is receiving it.
+func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) error {
+	if err := transport.CheckPeer("send", t.rank, t.size, peer); err != nil {
+		return err
+	}
+	p := t.peers[peer]
+	d := &p.snd
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := t.usable(p); err != nil {
+		return t.fail("send", peer, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return t.fail("send", peer, err)
+	}
+	stop := d.arm(ctx)
+	moved, err := d.writeFrame(tag, buf, t.shift)
+	d.disarm(stop)
+	if err != nil {
+		return t.fail("send", peer, t.classify(ctx, p, err, moved))
+	}
+	return nil
+}
+
+func (d *direction) writeFrame(tag uint32, buf []byte, shift uint8) (moved bool, err error) {
+	defer clear(d.bufs[:]) // do not keep the caller's buffer
+	n := len(buf)
+	first := n
+	if shift != 0 && n > 1<<shift {
+		first = 1 << shift
+	}
+	encodeFrameHeader(&d.hdr, frameHeader{tag: tag, length: uint64(n), shift: shift, crc: crc32c(buf[:first])})
+	d.bufs[0], d.bufs[1] = d.hdr[:], buf[:first]
+	d.nb = d.bufs[:]
+	if w, err := d.nb.WriteTo(d.c); err != nil {
+		return w > 0, err
+	}
+	for off := first; off < n; {
+		end := min(off+1<<shift, n)
+		chunk := buf[off:end]
+		binary.LittleEndian.PutUint32(d.crc[:], crc32c(chunk))
+		d.bufs[0], d.bufs[1] = d.crc[:], chunk
+		d.nb = d.bufs[:]
+		if _, err := d.nb.WriteTo(d.c); err != nil {
+			return true, err
+		}
+		off = end
+	}
+	return true, nil
+}
+
+// Recv reads one frame from peer straight into buf. The frame must carry tag
+// and exactly len(buf) bytes.
+func (t *Transport) Recv(ctx context.Context, peer int, tag uint32, buf []byte) error {
+	if err := transport.CheckPeer("recv", t.rank, t.size, peer); err != nil {
+		return err
+	}
+	p := t.peers[peer]
+	d := &p.rcv
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := t.usable(p); err != nil {
+		return t.fail("recv", peer, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return t.fail("recv", peer, err)
+	}
+	stop := d.arm(ctx)
+	moved, err := d.readFrame(tag, buf)
+	d.disarm(stop)
+	if err != nil {
+		return t.fail("recv", peer, t.classify(ctx, p, err, moved))
+	}
+	return nil
+}
+
+// protoError is a frame the receiver refuses; it wraps ErrCorrupt,
+// ErrTagMismatch or ErrSizeMismatch.
+type protoError struct{ err error }
+
+func (e *protoError) Error() string { return e.err.Error() }
+func (e *protoError) Unwrap() error { return e.err }
+
+// crcPiece is how much of a large single-chunk payload is read before the
+// running checksum is updated, so the bytes are checked while still in cache.
+const crcPiece = 256 << 10
+
+func (d *direction) readFrame(tag uint32, buf []byte) (moved bool, err error) {
+	if n, err := io.ReadFull(d.c, d.hdr[:]); err != nil {
+		return n > 0, err
+	}
+	h, err := decodeFrameHeader(d.hdr[:])
+	if err != nil {
+		return true, &protoError{fmt.Errorf("%w: %w", transport.ErrCorrupt, err)}
+	}
+	if h.tag != tag {
+		return true, &protoError{fmt.Errorf("%w: got tag %#x, want %#x", transport.ErrTagMismatch, h.tag, tag)}
+	}
+	if h.length != uint64(len(buf)) {
+		return true, &protoError{fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, h.length, len(buf))}
+	}
+	first := int(h.firstChunk())
+	want := h.crc
+	for off, k := 0, 0; ; k++ {
+		end := off + first
+		if k > 0 {
+			if _, err := io.ReadFull(d.c, d.crc[:]); err != nil {
+				return true, err
+			}
+			want = binary.LittleEndian.Uint32(d.crc[:])
+			end = min(off+1<<h.shift, len(buf))
+		}
+		var got uint32
+		for o := off; o < end; {
+			e := min(o+crcPiece, end)
+			if _, err := io.ReadFull(d.c, buf[o:e]); err != nil {
+				return true, err
+			}
+			got = crc32.Update(got, castagnoli, buf[o:e])
+			o = e
+		}
+		if got != want {
+			return true, &protoError{fmt.Errorf("%w: payload checksum mismatch in bytes %d…%d (%#08x, frame says %#08x)",
+				transport.ErrCorrupt, off, end, got, want)}
+		}
+		off = end
+		if off >= len(buf) {
+			return true, nil
+		}
+	}
+}
+
+// classify turns the error of a call on p into the error it returns, and
+// breaks the connection when the stream may be out of step.
+func (t *Transport) classify(ctx context.Context, p *peer, err error, moved bool) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if cause := p.brokenCause(); cause != nil {
+		// The other direction broke (and closed) the connection meanwhile.
+		return brokenErr(cause)
+	}
+	var out error
+	var pe *protoError
+	switch {
+	case errors.As(err, &pe):
+		out = pe.err
+	case errors.Is(err, os.ErrDeadlineExceeded) && ctxDone(ctx):
+		cerr := ctxErr(ctx)
+		if !moved {
+			return cerr // nothing moved: the stream is intact
+		}
+		out = fmt.Errorf("%w in the middle of a frame; %w", cerr, ErrBroken)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		out = fmt.Errorf("%w in the middle of a frame", transport.ErrPeerClosed)
+	case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+		out = fmt.Errorf("%w: %w", transport.ErrPeerClosed, err)
+	default:
+		out = err
+	}
+	p.breakConn(out)
+	return out
+}
+
+func ctxDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// ctxErr is ctx.Err(), or DeadlineExceeded when the connection's deadline
+// fired a moment before the context's own timer.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
+// Close closes every connection and sub-transport. It is idempotent; pending
+// calls of this rank fail with transport.ErrClosed, peers' calls involving
+// this rank with transport.ErrPeerClosed.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.kill()
+	for _, p := range t.peers {
+		if p != nil {
+			p.c.Close()
+		}
+	}
+	t.mu.Lock()
+	kids := t.children
+	t.children = nil
+	t.mu.Unlock()
+	for k := range kids {
+		k.Close()
+	}
+	if t.parent != nil {
+		t.parent.mu.Lock()
+		delete(t.parent.children, t)
+		t.parent.mu.Unlock()
+	}
+	return nil
+}
+
+// Sub connects a fresh mesh among ranks (parent ranks; ranks[i] becomes
+// sub-rank i) through the parent's Rendezvous under the key prefix
+// prefix+"/sub/<id>" (prefix+"/sub/<id>#<n>" the n-th time this rank reuses
+// id). Every member must call it with the same id and ranks; the handshake
+// rejects members that disagree on the list. Closing the parent closes the
+// sub-transport and aborts a Sub in progress.
+func (t *Transport) Sub(ctx context.Context, id uint64, ranks []int) (transport.Transport, error) {
+	me := -1
+	seen := make(map[int]bool, len(ranks))
+	for i, r := range ranks {
+		if r < 0 || r >= t.size || seen[r] {
+			return nil, t.fail("sub", r, fmt.Errorf("%w: sub-group ranks %v", transport.ErrInvalidPeer, ranks))
+		}
+		seen[r] = true
+		if r == t.rank {
+			me = i
+		}
+	}
+	if me < 0 {
+		return nil, t.fail("sub", -1, fmt.Errorf("tcp: rank %d is not in sub-group %v", t.rank, ranks))
+	}
+	t.mu.Lock()
+	if t.closed.Load() {
+		t.mu.Unlock()
+		return nil, t.fail("sub", -1, transport.ErrClosed)
+	}
+	n := t.subSeq[id]
+	t.subSeq[id] = n + 1
+	t.mu.Unlock()
+
+	prefix := t.prefix + "/sub/" + strconv.FormatUint(id, 10)
+	if n > 0 {
+		prefix += "#" + strconv.Itoa(n)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(t.life, func() { cancel(transport.ErrClosed) })
+	s, err := connect(cctx, t.st, prefix, me, len(ranks), t.opt, append([]int{}, ranks...))
+	stop()
+	cancel(nil)
+	if err != nil {
+		return nil, err
+	}
+	s.parent = t
+	t.mu.Lock()
+	if t.closed.Load() {
+		t.mu.Unlock()
+		s.Close()
+		return nil, t.fail("sub", -1, transport.ErrClosed)
+	}
+	t.children[s] = struct{}{}
+	t.mu.Unlock()
+	return s, nil
+}

@@ -1,0 +1,225 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+)
+
+// castagnoli is the CRC-32C table; hash/crc32 uses the SSE4.2 / ARMv8 CRC
+// instructions for it.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// Frame header, 32 bytes, little-endian:
+//
+//	off len field
+//	  0   4 magic "dcF1"
+//	  4   4 tag
+//	  8   8 payload length in bytes
+//	 16   1 chunk shift: 0 = the payload is one chunk; 12…30 = chunks of 1<<shift bytes
+//	 17   7 reserved, zero
+//	 24   4 CRC-32C of the first chunk (of the whole payload when not chunked)
+//	 28   4 CRC-32C of bytes 0…27 of this header
+//
+// The payload follows: the first chunk, then for every further chunk its
+// 4-byte CRC-32C followed by its bytes. The last chunk may be short.
+const (
+	frameHeaderLen = 32
+	frameMagic     = "dcF1"
+	minChunkShift  = 12
+	maxChunkShift  = 30
+)
+
+type frameHeader struct {
+	tag    uint32
+	length uint64
+	shift  uint8  // 0 or minChunkShift…maxChunkShift
+	crc    uint32 // CRC-32C of the first chunk
+}
+
+// errBadFrame values are wrapped with transport.ErrCorrupt by the caller.
+var (
+	errShortHeader = errors.New("short frame header")
+	errFrameMagic  = errors.New("bad frame magic")
+	errHeaderCRC   = errors.New("frame header checksum mismatch")
+	errReserved    = errors.New("reserved frame header bytes are not zero")
+	errChunkShift  = errors.New("invalid chunk shift")
+)
+
+// chunkLen is the length of the first chunk of a payload of n bytes.
+func (h *frameHeader) firstChunk() uint64 {
+	if h.shift == 0 || h.length <= 1<<h.shift {
+		return h.length
+	}
+	return 1 << h.shift
+}
+
+func encodeFrameHeader(b *[frameHeaderLen]byte, h frameHeader) {
+	copy(b[0:4], frameMagic)
+	binary.LittleEndian.PutUint32(b[4:8], h.tag)
+	binary.LittleEndian.PutUint64(b[8:16], h.length)
+	b[16] = h.shift
+	clear(b[17:24])
+	binary.LittleEndian.PutUint32(b[24:28], h.crc)
+	binary.LittleEndian.PutUint32(b[28:32], crc32c(b[0:28]))
+}
+
+// decodeFrameHeader parses and validates a frame header. It never trusts the
+// length: the caller compares it with the size it expects before reading.
+func decodeFrameHeader(b []byte) (frameHeader, error) {
+	if len(b) < frameHeaderLen {
+		return frameHeader{}, errShortHeader
+	}
+	b = b[:frameHeaderLen]
+	if string(b[0:4]) != frameMagic {
+		return frameHeader{}, fmt.Errorf("%w %q", errFrameMagic, b[0:4])
+	}
+	if got, want := crc32c(b[0:28]), binary.LittleEndian.Uint32(b[28:32]); got != want {
+		return frameHeader{}, fmt.Errorf("%w (%#08x, header says %#08x)", errHeaderCRC, got, want)
+	}
+	for _, x := range b[17:24] {
+		if x != 0 {
+			return frameHeader{}, errReserved
+		}
+	}
+	h := frameHeader{
+		tag:    binary.LittleEndian.Uint32(b[4:8]),
+		length: binary.LittleEndian.Uint64(b[8:16]),
+		shift:  b[16],
+		crc:    binary.LittleEndian.Uint32(b[24:28]),
+	}
+	if h.shift != 0 && (h.shift < minChunkShift || h.shift > maxChunkShift) {
+		return frameHeader{}, fmt.Errorf("%w %d", errChunkShift, h.shift)
+	}
+	return h, nil
+}
+
+// Handshake message, 32 bytes, little-endian. The dialer (higher rank) sends
+// a hello; the acceptor answers with accept or reject, or closes the
+// connection without answering when the hello is not a detcoll hello.
+//
+//	off len field
+//	  0   4 magic "dcH1"
+//	  4   2 protocol version
+//	  6   1 kind: 1 hello, 2 accept, 3 reject
+//	  7   1 reject reason (0 otherwise)
+//	  8   8 group hash: FNV-1a 64 of the key prefix (and, for sub-groups, the member list)
+//	 16   4 sender's rank
+//	 20   4 receiver's rank
+//	 24   4 group size
+//	 28   4 CRC-32C of bytes 0…27
+const (
+	helloLen        = 32
+	helloMagic      = "dcH1"
+	protocolVersion = 1
+)
+
+const (
+	kindHello  = 1
+	kindAccept = 2
+	kindReject = 3
+)
+
+// Reject reasons.
+const (
+	reasonNone = iota
+	reasonVersion
+	reasonGroup
+	reasonSize
+	reasonRank
+	reasonDuplicate
+)
+
+func reasonString(r uint8) string {
+	switch r {
+	case reasonVersion:
+		return "protocol version mismatch"
+	case reasonGroup:
+		return "group mismatch (another key prefix or sub-group member list)"
+	case reasonSize:
+		return "group size mismatch"
+	case reasonRank:
+		return "rank mismatch (mis-addressed connection)"
+	case reasonDuplicate:
+		return "duplicate connection from this rank"
+	}
+	return fmt.Sprintf("reason %d", r)
+}
+
+type hello struct {
+	version uint16
+	kind    uint8
+	reason  uint8
+	group   uint64
+	from    uint32
+	to      uint32
+	size    uint32
+}
+
+var (
+	errShortHello = errors.New("short handshake")
+	errHelloMagic = errors.New("bad handshake magic")
+	errHelloCRC   = errors.New("handshake checksum mismatch")
+	errHelloKind  = errors.New("bad handshake kind")
+)
+
+func encodeHello(b *[helloLen]byte, h hello) {
+	copy(b[0:4], helloMagic)
+	binary.LittleEndian.PutUint16(b[4:6], h.version)
+	b[6] = h.kind
+	b[7] = h.reason
+	binary.LittleEndian.PutUint64(b[8:16], h.group)
+	binary.LittleEndian.PutUint32(b[16:20], h.from)
+	binary.LittleEndian.PutUint32(b[20:24], h.to)
+	binary.LittleEndian.PutUint32(b[24:28], h.size)
+	binary.LittleEndian.PutUint32(b[28:32], crc32c(b[0:28]))
+}
+
+// decodeHello parses a handshake message; it checks framing (magic, checksum,
+// kind) but not its content, which the caller compares with what it expects.
+func decodeHello(b []byte) (hello, error) {
+	if len(b) < helloLen {
+		return hello{}, errShortHello
+	}
+	b = b[:helloLen]
+	if string(b[0:4]) != helloMagic {
+		return hello{}, errHelloMagic
+	}
+	if crc32c(b[0:28]) != binary.LittleEndian.Uint32(b[28:32]) {
+		return hello{}, errHelloCRC
+	}
+	h := hello{
+		version: binary.LittleEndian.Uint16(b[4:6]),
+		kind:    b[6],
+		reason:  b[7],
+		group:   binary.LittleEndian.Uint64(b[8:16]),
+		from:    binary.LittleEndian.Uint32(b[16:20]),
+		to:      binary.LittleEndian.Uint32(b[20:24]),
+		size:    binary.LittleEndian.Uint32(b[24:28]),
+	}
+	if h.kind < kindHello || h.kind > kindReject {
+		return hello{}, fmt.Errorf("%w %d", errHelloKind, h.kind)
+	}
+	return h, nil
+}
+
+// groupHash identifies a group in the handshake: the key prefix plus, for a
+// sub-group, its parent-rank member list, so members that disagree on the
+// list never connect.
+func groupHash(prefix string, members []int) uint64 {
+	f := fnv.New64a()
+	f.Write([]byte(prefix))
+	if members != nil {
+		var b [8]byte
+		f.Write([]byte{0})
+		for _, m := range members {
+			binary.LittleEndian.PutUint64(b[:], uint64(m))
+			f.Write(b[:])
+		}
+	}
+	return f.Sum64()
+}

@@ -1,0 +1,125 @@
+package detcoll
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/reduce"
+)
+
+// DType is an element type; see package dtype.
+type DType = dtype.DType
+
+// The reducible dtypes.
+const (
+	BF16 = dtype.BF16
+	FP16 = dtype.FP16
+	FP32 = dtype.FP32
+	FP64 = dtype.FP64
+	Byte = dtype.Byte // opaque bytes: data movement only
+)
+
+// ParseDType accepts bf16, fp16, fp32, fp64 and their common aliases.
+func ParseDType(s string) (DType, error) { return dtype.Parse(s) }
+
+// Accumulate selects fp16/bf16 accumulation; see package reduce.
+type Accumulate = reduce.Accumulate
+
+// Accumulate modes.
+const (
+	AccumulateNative = reduce.Native
+	AccumulateF32    = reduce.F32
+)
+
+// Algorithm selects how a reduction moves data. All give identical bits.
+type Algorithm uint8
+
+const (
+	// Auto picks by size: GatherTree for small messages, A2ATree otherwise.
+	Auto Algorithm = iota
+	// GatherTree all-gathers every input, then reduces locally (the seed's
+	// transport-only path): (W-1)·N bytes received per rank.
+	GatherTree
+	// A2ATree sends shard j of every input to rank j, reduces the shard, and
+	// all-gathers the reduced shards: 2(W-1)/W·N bytes, bandwidth-optimal.
+	A2ATree
+)
+
+var algNames = []string{"auto", "gather_tree", "a2a_tree"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algNames) {
+		return algNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm accepts auto, gather_tree and a2a_tree.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for i, n := range algNames {
+		if strings.EqualFold(s, n) {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree or a2a_tree)", s)
+}
+
+// autoA2ABytes is the per-rank message size from which Auto uses A2ATree.
+const autoA2ABytes = 64 << 10
+
+// Sentinel errors; test with errors.Is.
+var (
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrClosed          = errors.New("communicator closed")
+	ErrPoisoned        = errors.New("communicator poisoned by an earlier failure")
+	ErrMismatch        = errors.New("ranks called mismatched collectives")
+	ErrUnsupported     = errors.New("unsupported by this transport")
+)
+
+// Error carries the operation, this rank and, when one is to blame, the peer.
+type Error struct {
+	Op   string
+	Rank int
+	Peer int // -1 when no single peer
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Peer >= 0 {
+		return fmt.Sprintf("detcoll: %s on rank %d (peer %d): %v", e.Op, e.Rank, e.Peer, e.Err)
+	}
+	return fmt.Sprintf("detcoll: %s on rank %d: %v", e.Op, e.Rank, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Float32Bytes views s as its little-endian bytes without copying.
+func Float32Bytes(s []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+}
+
+// Float64Bytes views s as its little-endian bytes without copying.
+func Float64Bytes(s []float64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 8*len(s))
+}
+
+// Uint16Bytes views s (fp16 or bf16 bit patterns) as bytes without copying.
+func Uint16Bytes(s []uint16) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 2*len(s))
+}
+
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// overlap reports whether a and b share any byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := addr(a), addr(b)
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+func same(a, b []byte) bool { return len(a) == len(b) && (len(a) == 0 || addr(a) == addr(b)) }
