@@ -1,0 +1,33 @@
+package main
+
+import "strings"
+
+// listFlags take space-separated values, as in the seed's benchmark command
+// (--size-bytes 4096 65536 …); normalizeListFlags joins them with commas so
+// that the flag parser sees one value.
+var listFlags = map[string]bool{"--operations": true, "--size-bytes": true, "--algorithms": true, "--dtypes": true}
+
+func normalizeListFlags(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" { // everything after belongs to a child command
+			return append(out, args[i:]...)
+		}
+		name, val, hasEq := strings.Cut(a, "=")
+		if !listFlags[name] {
+			out = append(out, a)
+			continue
+		}
+		vals := []string{}
+		if hasEq {
+			vals = append(vals, val)
+		}
+		for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			vals = append(vals, args[i+1])
+			i++
+		}
+		out = append(out, name+"="+strings.Join(vals, ","))
+	}
+	return out
+}
