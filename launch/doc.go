@@ -1,0 +1,130 @@
+// Package launch starts the processes of a detcoll job and lets each of them
+// find its place in the job.
+//
+// It has two halves: FromEnv and Rendezvous, which a worker calls to learn
+// its rank and reach the job's store whatever launched it; and Run, a
+// torchrun-like launcher that starts the workers of one node.
+//
+// # Environment discovery
+//
+// FromEnv reads the first complete set of variables among, in order:
+//
+//  1. detcoll's own, written by Run: DETCOLL_RANK, DETCOLL_WORLD_SIZE,
+//     DETCOLL_LOCAL_RANK, DETCOLL_LOCAL_WORLD_SIZE, DETCOLL_STORE_ADDR,
+//     DETCOLL_TOKEN (Source "detcoll");
+//  2. torchrun's: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+//     MASTER_ADDR, MASTER_PORT (Source "torchrun");
+//  3. Slurm's: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and
+//     SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE (Source "slurm");
+//  4. Open MPI's: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//     OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+//     (Source "openmpi");
+//
+// and otherwise describes a world of one rank (Source "single", whose store
+// is DETCOLL_STORE_ADDR if set, else an in-memory one). A source is selected
+// by its rank or world-size variable being set; once selected, a malformed or
+// inconsistent value (non-numeric, rank >= world size, local rank >= local
+// world size, a missing store address when the world has more than one rank)
+// is an error wrapping ErrInvalidEnv, never a silent fall-through to the next
+// source. A missing local world size defaults to the world size, a missing
+// local rank to rank mod local world size. DETCOLL_TOKEN is the store's
+// token for every source.
+//
+// # The store port rule
+//
+// detcoll's store never takes torch's port. For torchrun, Slurm and Open MPI
+// the store address is, in order of preference:
+//
+//   - DETCOLL_STORE_ADDR (host:port), if set;
+//   - MASTER_ADDR:DETCOLL_STORE_PORT, if DETCOLL_STORE_PORT is set;
+//   - MASTER_ADDR:(MASTER_PORT+1).
+//
+// So under torchrun --master-port=29500, torch's TCPStore owns 29500 and
+// detcoll's store listens on 29501. A store address equal to
+// MASTER_ADDR:MASTER_PORT is rejected, as is MASTER_PORT=65535 without an
+// explicit store port. With Source "detcoll" the launcher has already chosen
+// the address and DETCOLL_STORE_ADDR is used as is.
+//
+// # Rendezvous
+//
+// Rendezvous turns an Env into a connected store. Under Run the launcher
+// serves the store and every rank, rank 0 included, only dials it. Under any
+// other launcher nobody serves it, so rank 0 listens on the store address
+// (on every interface, unless the address is a loopback one) and every rank,
+// rank 0 included, dials it (Env.ServesStore says which case applies). A
+// world of one rank without a store address gets an in-memory store. The
+// returned closer disconnects; on a rank 0 that serves the store it first
+// waits (up to CloseTimeout) for every rank to have called its closer, so
+// that the store outlives its last user.
+//
+// # The launcher
+//
+// Run starts Config.NprocPerNode copies of Config.Cmd on this node. Node 0
+// (NodeRank 0) serves the store on MasterAddr:MasterPort (127.0.0.1 only in
+// standalone mode, every interface otherwise; port 0 picks a free one on a
+// single node). The torch rendezvous port is a different, free port that
+// node 0 picks after its store is listening and hands to the other nodes
+// through the store: workers see it as MASTER_PORT, so a worker's own
+// torch.distributed TCPStore never collides with detcoll's store, which
+// workers find in DETCOLL_STORE_ADDR.
+//
+// Global rank = NodeRank*NprocPerNode + local rank. Each worker gets, on top
+// of Config.Env: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+// GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR,
+// MASTER_PORT (torchrun's), DETCOLL_RANK, DETCOLL_WORLD_SIZE,
+// DETCOLL_LOCAL_RANK, DETCOLL_LOCAL_WORLD_SIZE, DETCOLL_NODE_RANK,
+// DETCOLL_NNODES, DETCOLL_STORE_ADDR, DETCOLL_TOKEN (detcoll's), and
+// OMP_NUM_THREADS=1 when more than one worker runs per node and it is unset
+// (as torchrun does). TORCHELASTIC_USE_AGENT_STORE and DETCOLL_STORE_PORT
+// are removed, since no agent store exists and the store address is explicit.
+//
+// Each worker runs in its own process group, with no stdin; on Linux it is
+// also SIGKILLed if the launcher dies without stopping it. Every line it
+// writes to stdout or stderr is copied to Config.Stdout or Config.Stderr
+// prefixed with "[rank N] ", one whole line per Write so ranks never
+// interleave within a line. A last line without a newline is terminated;
+// a line longer than MaxLineLen bytes is split into several prefixed lines.
+// A line is forwarded once complete, so a partial line (a progress bar
+// without newline) shows when its newline, or the worker's exit, comes.
+//
+// Stopping: on the first failure of a worker (non-zero exit or death by
+// signal), on ctx being done, on a signal arriving on Config.Signals, or on
+// another node's failure, Run sends every live worker's process group SIGTERM
+// (a signal from Config.Signals is forwarded as itself) and, GracePeriod
+// later, SIGKILL. It returns once every worker has exited:
+//
+//   - nil if all exited 0;
+//   - *WorkerError for the root cause: the first rank that failed on its own,
+//     with its exit status or signal and its last TailLines lines of output.
+//     Workers that die because Run stopped them are never the root cause.
+//     With several nodes every node reports the same root cause;
+//   - *InterruptedError if ctx or a signal stopped the job first;
+//   - *AbortError if another node aborted the job for another reason;
+//   - *StartError if a worker could not be started;
+//   - another error (wrapping ErrInvalidConfig for a bad Config, or from
+//     the store) if the job could not be set up.
+//
+// ExitCode maps these to a process exit status for a command-line tool.
+//
+// Commands are expected to wire signals like this:
+//
+//	sigs := make(chan os.Signal, 4)
+//	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+//	cfg.Signals = sigs
+//	err := launch.Run(ctx, cfg)
+//	os.Exit(launch.ExitCode(err))
+//
+// # Several nodes
+//
+// With Nnodes > 1 every node runs Run with the same Nnodes, NprocPerNode,
+// MasterAddr, MasterPort and Token and its own NodeRank. Nodes meet in the
+// store under the key prefix "detcoll/launch/": all nodes must join before
+// any starts its workers, and must agree on Nnodes and NprocPerNode (cancel
+// ctx to give up waiting for a node that never comes); node 0 publishes the
+// torch port; the first node to fail (a worker failure, an interruption, a
+// bad config) publishes the root cause and every node stops its workers and
+// returns it; a node whose workers all succeeded waits until every node has
+// finished, so every node returns the job's outcome; node 0 keeps the store
+// up until every node has left. A node that loses its connection to the
+// store stops its workers. There is no elasticity and no restart.
+package launch
