@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Plot draws the median latency against the input bytes per rank, both
+// axes logarithmic: one solid series per (operation, algorithm) of the
+// deterministic collectives and one dashed series per operation for native.
+// The format follows path's extension, ".svg" or ".png".
+func (r *Report) Plot(path string) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("bench: plot %s: want a .svg or .png file", path)
+	}
+	type key struct {
+		op     Op
+		alg    string
+		native bool
+	}
+	series := map[key]map[int64]float64{}
+	var order []key
+	addPoint := func(k key, x int64, y float64) {
+		if x <= 0 || !(y > 0) || math.IsInf(y, 0) { // a log axis cannot show them
+			return
+		}
+		m, ok := series[k]
+		if !ok {
+			m = map[int64]float64{}
+			series[k] = m
+			order = append(order, k)
+		}
+		m[x] = y
+	}
+	for _, row := range r.Rows {
+		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, row.Deterministic.MedianUS)
+	}
+	for _, row := range r.Rows {
+		addPoint(key{row.Operation, "native", true}, row.InputBytes, row.Native.MedianUS)
+	}
+	if len(order) == 0 {
+		return fmt.Errorf("bench: plot %s: no positive latencies to plot", path)
+	}
+
+	p := plot.New()
+	dts := map[string]bool{}
+	for _, row := range r.Rows {
+		dts[row.DType] = true
+	}
+	var dtl []string
+	for d := range dts {
+		dtl = append(dtl, d)
+	}
+	sort.Strings(dtl)
+	via := ""
+	if r.Transport != "" {
+		via = " over " + r.Transport
+	}
+	p.Title.Text = fmt.Sprintf("detcoll bench: %s, W=%d, backend %s%s", strings.Join(dtl, "/"), r.WorldSize, r.Backend, via)
+	p.X.Label.Text = "input bytes per rank"
+	p.Y.Label.Text = "median latency, slowest rank (µs)"
+	// Both axes carry log10 of the value on a linear scale, with ticks
+	// labelled in the original units: gonum's LogScale centres the axis
+	// label on the arithmetic mean of the range, which pads a log axis
+	// badly, and panics on non-positive ranges.
+	p.X.Tick.Marker = bytesTicks{}
+	p.Y.Tick.Marker = decadeTicks{}
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	p.Add(plotter.NewGrid())
+
+	for i, k := range order {
+		pts := make(plotter.XYs, 0, len(series[k]))
+		for x, y := range series[k] {
+			pts = append(pts, plotter.XY{X: math.Log10(float64(x)), Y: math.Log10(y)})
+		}
+		sort.Slice(pts, func(a, b int) bool { return pts[a].X < pts[b].X })
+		line, scatter, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return fmt.Errorf("bench: plot: %w", err)
+		}
+		line.Color = palette[i%len(palette)]
+		line.Width = vg.Points(1.5)
+		scatter.Color = palette[i%len(palette)]
+		scatter.Shape = plotutil.Shape(i)
+		name := fmt.Sprintf("%s %s", k.op, k.alg)
+		if k.native {
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		p.Add(line, scatter)
+		legend.Add(name, line, scatter)
+	}
+
+	// Explicit ranges, padded by a factor: a log axis cannot take gonum's
+	// default ±1 padding of a single value.
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, m := range series {
+		for x, y := range m {
+			xmin, xmax = min(xmin, float64(x)), max(xmax, float64(x))
+			ymin, ymax = min(ymin, y), max(ymax, y)
+		}
+	}
+	p.X.Min, p.X.Max = math.Log10(xmin/1.3), math.Log10(xmax*1.3)
+	p.Y.Min, p.Y.Max = math.Log10(ymin/1.5), math.Log10(ymax*1.5)
+
+	wt, err := render(p, &legend, 9*vg.Inch, 5*vg.Inch, ext[1:])
+	if err != nil {
+		return fmt.Errorf("bench: plot: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".bench-plot-*"+ext)
+	if err != nil {
+		return fmt.Errorf("bench: plot: %w", err)
+	}
+	_, werr := wt.WriteTo(f)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("bench: plot %s: %w", path, err)
+	}
+	os.Chmod(f.Name(), 0o644)
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("bench: plot: %w", err)
+	}
+	return nil
+}
+
+// palette is Tableau's ten colours and two more: distinct for every series
+// of a full run (3 operations × 3 algorithms + 3 native).
+var palette = []color.Color{
+	color.RGBA{0x4e, 0x79, 0xa7, 0xff}, color.RGBA{0xf2, 0x8e, 0x2b, 0xff}, color.RGBA{0xe1, 0x57, 0x59, 0xff},
+	color.RGBA{0x76, 0xb7, 0xb2, 0xff}, color.RGBA{0x59, 0xa1, 0x4f, 0xff}, color.RGBA{0xed, 0xc9, 0x48, 0xff},
+	color.RGBA{0xb0, 0x7a, 0xa1, 0xff}, color.RGBA{0xff, 0x9d, 0xa7, 0xff}, color.RGBA{0x9c, 0x75, 0x5f, 0xff},
+	color.RGBA{0xba, 0xb0, 0xac, 0xff}, color.RGBA{0x1f, 0x1f, 0x1f, 0xff}, color.RGBA{0x8c, 0x2d, 0x04, 0xff},
+}
+
+// render draws the plot with the legend in a panel on its right, turning a
+// panic of the plotting library into an error.
+func render(p *plot.Plot, legend *plot.Legend, w, h vg.Length, format string) (wt io.WriterTo, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("rendering: %v", v)
+		}
+	}()
+	c, err := draw.NewFormattedCanvas(w, h, format)
+	if err != nil {
+		return nil, err
+	}
+	dc := draw.New(c)
+	legW := legend.Rectangle(dc).Size().X + legend.TextStyle.Width("  ")
+	p.Draw(draw.Crop(dc, 0, -legW, 0, 0))
+	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding + legend.TextStyle.Height("M")
+	legend.Draw(draw.Crop(dc, w-legW+legend.TextStyle.Width(" "), 0, 0, -top))
+	return c, nil
+}
+
+// bytesTicks labels a log10(bytes) axis at powers of 4 (1 KiB, 4 KiB, …)
+// or, over wide ranges, powers of 16.
+type bytesTicks struct{}
+
+func (bytesTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 4.0
+	if hi-lo > 7 {
+		step = 16
+	}
+	var ticks []plot.Tick
+	for v := 1.0; v <= math.Pow(10, hi)*1.0001; v *= step {
+		if lv := math.Log10(v); lv >= lo-1e-9 {
+			ticks = append(ticks, plot.Tick{Value: lv, Label: HumanBytes(int64(v))})
+		}
+	}
+	if len(ticks) < 2 { // a narrow range: label its ends
+		return []plot.Tick{{Value: lo, Label: HumanBytes(int64(math.Pow(10, lo)))}, {Value: hi, Label: HumanBytes(int64(math.Pow(10, hi)))}}
+	}
+	return ticks
+}
+
+// decadeTicks labels a log10 axis at powers of ten (1, 10, 100, 1000, 1e+04 …)
+// with unlabelled minor ticks at 2…9 times them.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	major := 0
+	for e := math.Floor(lo); e <= math.Ceil(hi); e++ {
+		for m := 1; m <= 9; m++ {
+			v := math.Log10(float64(m)) + e
+			if v < lo-1e-9 || v > hi+1e-9 {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 {
+				t.Label = strconv.FormatFloat(math.Pow(10, e), 'g', 4, 64)
+				major++
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	if major < 2 { // less than a decade: label the ends
+		ticks = append(ticks,
+			plot.Tick{Value: lo, Label: strconv.FormatFloat(math.Pow(10, lo), 'g', 3, 64)},
+			plot.Tick{Value: hi, Label: strconv.FormatFloat(math.Pow(10, hi), 'g', 3, 64)})
+	}
+	return ticks
+}
