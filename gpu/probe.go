@@ -1,0 +1,241 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/detcoll/detcoll/internal/cuda"
+	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/nvrtc"
+)
+
+// Info is what Probe found. Empty strings mean "not found"; the *Error
+// fields say why.
+type Info struct {
+	DriverVersion string    `json:"driver_version,omitempty"` // NVIDIA kernel driver, e.g. "580.65.06"
+	CUDAVersion   string    `json:"cuda_version,omitempty"`   // CUDA version the driver supports, e.g. "13.0"
+	CUDALibrary   string    `json:"cuda_library,omitempty"`
+	CUDAError     string    `json:"cuda_error,omitempty"`
+	NVRTCVersion  string    `json:"nvrtc_version,omitempty"`
+	NVRTCLibrary  string    `json:"nvrtc_library,omitempty"`
+	NVRTCError    string    `json:"nvrtc_error,omitempty"`
+	NCCLVersion   string    `json:"nccl_version,omitempty"`
+	NCCLLibrary   string    `json:"nccl_library,omitempty"`
+	NCCLError     string    `json:"nccl_error,omitempty"`
+	GPUs          []GPUInfo `json:"gpus"`
+	// PeerAccess[i][j] reports whether GPU i can access GPU j's memory
+	// (cuDeviceCanAccessPeer; the diagonal is true).
+	PeerAccess [][]bool `json:"peer_access,omitempty"`
+	Errors     []string `json:"errors,omitempty"`
+}
+
+// GPUInfo describes one device.
+type GPUInfo struct {
+	Ordinal           int    `json:"ordinal"`
+	Name              string `json:"name"`
+	ComputeCapability string `json:"compute_capability"` // "9.0"
+	TotalMemory       uint64 `json:"total_memory_bytes"`
+	Multiprocessors   int    `json:"multiprocessors"`
+	PCIBusID          string `json:"pci_bus_id,omitempty"`
+	UUID              string `json:"uuid,omitempty"`
+	Error             string `json:"error,omitempty"`
+}
+
+// Probe inspects the CUDA driver, NVRTC, NCCL and the GPUs without
+// creating any context. It never fails: what could not be found is
+// reported in the *Error fields ("no CUDA driver: …" on a machine without
+// one).
+func Probe() Info {
+	var info Info
+	info.DriverVersion = kernelDriverVersion()
+	if err := cuda.Available(); err != nil {
+		info.CUDAError = "no CUDA driver: " + err.Error()
+	} else {
+		info.CUDALibrary = cuda.LibraryPath()
+		if v, err := cuda.DriverVersion(); err == nil {
+			info.CUDAVersion = cuda.VersionString(v)
+		} else {
+			info.Errors = append(info.Errors, err.Error())
+		}
+		probeGPUs(&info)
+	}
+	if err := nvrtc.Available(); err != nil {
+		info.NVRTCError = "no NVRTC: " + err.Error()
+	} else {
+		info.NVRTCLibrary = nvrtc.LibraryPath()
+		info.NVRTCVersion = nvrtc.VersionString()
+	}
+	if l, err := nccl.Default(); err != nil {
+		info.NCCLError = "no NCCL: " + err.Error()
+	} else {
+		info.NCCLLibrary = l.Path()
+		if v, err := l.Version(); err == nil {
+			info.NCCLVersion = v.String()
+		} else {
+			info.NCCLError = err.Error()
+		}
+	}
+	return info
+}
+
+func probeGPUs(info *Info) {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		info.Errors = append(info.Errors, err.Error())
+		return
+	}
+	if n == 0 {
+		info.Errors = append(info.Errors, "the CUDA driver sees no GPU")
+	}
+	devs := make([]cuda.Device, n)
+	for i := 0; i < n; i++ {
+		g := GPUInfo{Ordinal: i}
+		d, err := cuda.DeviceGet(i)
+		if err != nil {
+			g.Error = err.Error()
+			info.GPUs = append(info.GPUs, g)
+			continue
+		}
+		devs[i] = d
+		var errs []string
+		note := func(err error) {
+			if err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		g.Name, err = d.Name()
+		note(err)
+		ma, mi, err := d.ComputeCapability()
+		note(err)
+		g.ComputeCapability = fmt.Sprintf("%d.%d", ma, mi)
+		g.TotalMemory, err = d.TotalMem()
+		note(err)
+		g.Multiprocessors, err = d.Attribute(cuda.AttrMultiprocessorCount)
+		note(err)
+		if id, err := d.PCIBusID(); err == nil {
+			g.PCIBusID = id
+		}
+		if u, err := d.UUID(); err == nil {
+			g.UUID = formatUUID(u)
+		}
+		g.Error = strings.Join(errs, "; ")
+		info.GPUs = append(info.GPUs, g)
+	}
+	if n > 0 {
+		info.PeerAccess = make([][]bool, n)
+		for i := range info.PeerAccess {
+			info.PeerAccess[i] = make([]bool, n)
+			for j := 0; j < n; j++ {
+				if i == j {
+					info.PeerAccess[i][j] = true
+					continue
+				}
+				ok, err := devs[i].CanAccessPeer(devs[j])
+				if err != nil {
+					info.Errors = append(info.Errors, err.Error())
+				}
+				info.PeerAccess[i][j] = ok
+			}
+		}
+	}
+}
+
+func formatUUID(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// kernelDriverVersion reads the NVIDIA kernel module version on Linux.
+func kernelDriverVersion() string {
+	b, err := os.ReadFile("/proc/driver/nvidia/version")
+	if err != nil {
+		return ""
+	}
+	return parseDriverVersion(string(b))
+}
+
+// parseDriverVersion extracts "580.65.06" from /proc/driver/nvidia/version
+// ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul ...").
+func parseDriverVersion(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	for _, w := range strings.Fields(line) {
+		if isVersion(w) {
+			return w
+		}
+	}
+	return ""
+}
+
+func isVersion(w string) bool {
+	dots := 0
+	for i, c := range w {
+		switch {
+		case c == '.':
+			if i == 0 || i == len(w)-1 || w[i-1] == '.' {
+				return false
+			}
+			dots++
+		case c < '0' || c > '9':
+			return false
+		}
+	}
+	return dots >= 1
+}
+
+// String is a human-readable report (for `detcoll env`).
+func (i Info) String() string {
+	var b strings.Builder
+	line := func(k, v, e string) {
+		switch {
+		case v != "":
+			fmt.Fprintf(&b, "%-14s %s\n", k, v)
+		case e != "":
+			fmt.Fprintf(&b, "%-14s unavailable: %s\n", k, e)
+		default:
+			fmt.Fprintf(&b, "%-14s unknown\n", k)
+		}
+	}
+	line("NVIDIA driver", i.DriverVersion, "")
+	cudaV := i.CUDAVersion
+	if cudaV != "" && i.CUDALibrary != "" {
+		cudaV += " (" + i.CUDALibrary + ")"
+	}
+	line("CUDA driver", cudaV, i.CUDAError)
+	nv := i.NVRTCVersion
+	if nv != "" {
+		nv += " (" + i.NVRTCLibrary + ")"
+	}
+	line("NVRTC", nv, i.NVRTCError)
+	nc := i.NCCLVersion
+	if nc != "" {
+		nc += " (" + i.NCCLLibrary + ")"
+	}
+	line("NCCL", nc, i.NCCLError)
+	fmt.Fprintf(&b, "%-14s %d\n", "GPUs", len(i.GPUs))
+	for _, g := range i.GPUs {
+		fmt.Fprintf(&b, "  %d: %s, cc %s, %.1f GiB, %d SMs, %s %s", g.Ordinal, g.Name, g.ComputeCapability,
+			float64(g.TotalMemory)/(1<<30), g.Multiprocessors, g.PCIBusID, g.UUID)
+		if g.Error != "" {
+			fmt.Fprintf(&b, " (error: %s)", g.Error)
+		}
+		b.WriteByte('\n')
+	}
+	if len(i.PeerAccess) > 1 {
+		b.WriteString("peer access:\n")
+		for r, row := range i.PeerAccess {
+			fmt.Fprintf(&b, "  %d:", r)
+			for _, ok := range row {
+				if ok {
+					b.WriteString(" Y")
+				} else {
+					b.WriteString(" .")
+				}
+			}
+			b.WriteByte('\n')
+		}
+	}
+	for _, e := range i.Errors {
+		fmt.Fprintf(&b, "error: %s\n", e)
+	}
+	return b.String()
+}

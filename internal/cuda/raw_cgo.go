@@ -1,0 +1,323 @@
+//go:build cgo
+
+package cuda
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <stdlib.h>
+
+// Our own declarations of the driver ABI (no cuda.h at build time).
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void* CUhandle; // CUcontext, CUstream, CUevent, CUmodule, CUfunction, CUgraph, CUgraphExec
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char bytes[16]; } CUuuid;
+
+#define F(T) ((T)(fn))
+
+static int w_i(uintptr_t fn, unsigned a) { return F(CUresult(*)(unsigned))(a); }
+static int w_pint(uintptr_t fn, int* a) { return F(CUresult(*)(int*))(a); }
+static int w_errstr(uintptr_t fn, int r, const char** s) { return F(CUresult(*)(CUresult, const char**))(r, s); }
+static int w_devget(uintptr_t fn, int* d, int ord) { return F(CUresult(*)(CUdevice*, int))(d, ord); }
+static int w_devname(uintptr_t fn, char* s, int n, int d) { return F(CUresult(*)(char*, int, CUdevice))(s, n, d); }
+static int w_devattr(uintptr_t fn, int* v, int a, int d) { return F(CUresult(*)(int*, int, CUdevice))(v, a, d); }
+static int w_devmem(uintptr_t fn, size_t* b, int d) { return F(CUresult(*)(size_t*, CUdevice))(b, d); }
+static int w_devuuid(uintptr_t fn, unsigned char* out, int d) {
+	CUuuid u;
+	CUresult r = F(CUresult(*)(CUuuid*, CUdevice))(&u, d);
+	memcpy(out, &u, 16);
+	return r;
+}
+static int w_canpeer(uintptr_t fn, int* c, int d, int p) { return F(CUresult(*)(int*, CUdevice, CUdevice))(c, d, p); }
+static int w_retain(uintptr_t fn, uintptr_t* ctx, int d) { return F(CUresult(*)(CUhandle*, CUdevice))((CUhandle*)ctx, d); }
+static int w_dev(uintptr_t fn, int d) { return F(CUresult(*)(CUdevice))(d); }
+static int w_h(uintptr_t fn, uintptr_t h) { return F(CUresult(*)(CUhandle))((CUhandle)h); }
+static int w_ph(uintptr_t fn, uintptr_t* h) { return F(CUresult(*)(CUhandle*))((CUhandle*)h); }
+static int w_void(uintptr_t fn) { return F(CUresult(*)(void))(); }
+static int w_hu(uintptr_t fn, uintptr_t h, unsigned f) { return F(CUresult(*)(CUhandle, unsigned))((CUhandle)h, f); }
+static int w_meminfo(uintptr_t fn, size_t* fr, size_t* tot) { return F(CUresult(*)(size_t*, size_t*))(fr, tot); }
+static int w_alloc(uintptr_t fn, CUdeviceptr* p, size_t n) { return F(CUresult(*)(CUdeviceptr*, size_t))(p, n); }
+static int w_dptr(uintptr_t fn, CUdeviceptr p) { return F(CUresult(*)(CUdeviceptr))(p); }
+static int w_allochost(uintptr_t fn, void** p, size_t n) { return F(CUresult(*)(void**, size_t))(p, n); }
+static int w_freehost(uintptr_t fn, void* p) { return F(CUresult(*)(void*))(p); }
+static int w_htod(uintptr_t fn, CUdeviceptr d, const void* s, size_t n) { return F(CUresult(*)(CUdeviceptr, const void*, size_t))(d, s, n); }
+static int w_dtoh(uintptr_t fn, void* d, CUdeviceptr s, size_t n) { return F(CUresult(*)(void*, CUdeviceptr, size_t))(d, s, n); }
+static int w_dtod(uintptr_t fn, CUdeviceptr d, CUdeviceptr s, size_t n) { return F(CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))(d, s, n); }
+static int w_htoda(uintptr_t fn, CUdeviceptr d, const void* s, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, const void*, size_t, CUhandle))(d, s, n, (CUhandle)st); }
+static int w_dtoha(uintptr_t fn, void* d, CUdeviceptr s, size_t n, uintptr_t st) { return F(CUresult(*)(void*, CUdeviceptr, size_t, CUhandle))(d, s, n, (CUhandle)st); }
+static int w_dtoda(uintptr_t fn, CUdeviceptr d, CUdeviceptr s, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUhandle))(d, s, n, (CUhandle)st); }
+static int w_memset(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t))(d, v, n); }
+static int w_memseta(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t, CUhandle))(d, v, n, (CUhandle)st); }
+static int w_create(uintptr_t fn, uintptr_t* h, unsigned flags) { return F(CUresult(*)(CUhandle*, unsigned))((CUhandle*)h, flags); }
+static int w_hhu(uintptr_t fn, uintptr_t a, uintptr_t b, unsigned f) { return F(CUresult(*)(CUhandle, CUhandle, unsigned))((CUhandle)a, (CUhandle)b, f); }
+static int w_hh(uintptr_t fn, uintptr_t a, uintptr_t b) { return F(CUresult(*)(CUhandle, CUhandle))((CUhandle)a, (CUhandle)b); }
+static int w_elapsed(uintptr_t fn, float* ms, uintptr_t a, uintptr_t b) { return F(CUresult(*)(float*, CUhandle, CUhandle))(ms, (CUhandle)a, (CUhandle)b); }
+static int w_modload(uintptr_t fn, uintptr_t* m, const void* img) { return F(CUresult(*)(CUhandle*, const void*))((CUhandle*)m, img); }
+static int w_getfn(uintptr_t fn, uintptr_t* f, uintptr_t m, const char* name) { return F(CUresult(*)(CUhandle*, CUhandle, const char*))((CUhandle*)f, (CUhandle)m, name); }
+static int w_funcattr(uintptr_t fn, int* v, int a, uintptr_t f) { return F(CUresult(*)(int*, int, CUhandle))(v, a, (CUhandle)f); }
+static int w_begincap(uintptr_t fn, uintptr_t s, int mode) { return F(CUresult(*)(CUhandle, int))((CUhandle)s, mode); }
+static int w_endcap(uintptr_t fn, uintptr_t s, uintptr_t* g) { return F(CUresult(*)(CUhandle, CUhandle*))((CUhandle)s, (CUhandle*)g); }
+static int w_iscap(uintptr_t fn, uintptr_t s, int* st) { return F(CUresult(*)(CUhandle, int*))((CUhandle)s, st); }
+static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g, unsigned long long flags) { return F(CUresult(*)(CUhandle*, CUhandle, unsigned long long))((CUhandle*)e, (CUhandle)g, flags); }
+static int w_ipcget(uintptr_t fn, unsigned char* out, CUdeviceptr p) {
+	CUipcMemHandle h;
+	CUresult r = F(CUresult(*)(CUipcMemHandle*, CUdeviceptr))(&h, p);
+	memcpy(out, &h, 64);
+	return r;
+}
+static int w_ipcopen(uintptr_t fn, CUdeviceptr* p, const unsigned char* in, unsigned flags) {
+	CUipcMemHandle h;
+	memcpy(&h, in, 64);
+	return F(CUresult(*)(CUdeviceptr*, CUipcMemHandle, unsigned))(p, h, flags);
+}
+
+// w_launch copies the laid-out parameters into C stack memory and builds
+// the kernelParams array there, so the driver never sees Go memory.
+static int w_launch(uintptr_t fn, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t st,
+		const unsigned char* buf, int size, const int* offs, int n) {
+	unsigned char local[4096] __attribute__((aligned(16)));
+	void* params[64];
+	if (size < 0 || size > 4096 || n < 0 || n > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+	if (size > 0) memcpy(local, buf, (size_t)size);
+	for (int i = 0; i < n; i++) params[i] = local + offs[i];
+	return F(CUresult(*)(CUhandle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			unsigned, CUhandle, void**, void**))((CUhandle)f, gx, gy, gz, bx, by, bz, shmem,
+			(CUhandle)st, n > 0 ? params : NULL, NULL);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/detcoll/detcoll/internal/dl"
+)
+
+var (
+	fns      [numSyms]C.uintptr_t
+	resolved [numSyms]string
+	lib      *dl.Library
+)
+
+func fn(s sym) C.uintptr_t { return fns[s] }
+
+// load opens the driver, resolves the table and calls cuInit(0).
+func load() error {
+	l, err := dl.Open(LibraryEnv, LibraryNames...)
+	if err != nil {
+		return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable), Message: err.Error(), Call: "dlopen"}
+	}
+	for i := range symbols {
+		s := &symbols[i]
+		p, name, err := l.SymAny(s.candidates...)
+		if err != nil {
+			if s.optional {
+				continue
+			}
+			return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
+				Message: fmt.Sprintf("%s lacks %s: %v", l.Path(), s.api, err), Call: "dlsym"}
+		}
+		fns[i] = C.uintptr_t(p)
+		resolved[i] = name
+	}
+	lib = l
+	if r := Result(C.w_i(fn(sInit), 0)); r != ResultSuccess {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errorOf(sInit, r))
+	}
+	return nil
+}
+
+func libraryPath() string {
+	if lib == nil {
+		return ""
+	}
+	return lib.Path()
+}
+
+func have(s sym) bool { return fns[s] != 0 }
+
+func resolvedName(s sym) string {
+	if resolved[s] != "" {
+		return resolved[s]
+	}
+	return symbols[s].candidates[0]
+}
+
+func rErrorName(r Result) (string, bool) {
+	if !have(sGetErrorName) {
+		return "", false
+	}
+	var s *C.char
+	if C.w_errstr(fn(sGetErrorName), C.int(r), &s) != 0 || s == nil {
+		return "", false
+	}
+	return C.GoString(s), true
+}
+
+func rErrorString(r Result) (string, bool) {
+	if !have(sGetErrorString) {
+		return "", false
+	}
+	var s *C.char
+	if C.w_errstr(fn(sGetErrorString), C.int(r), &s) != 0 || s == nil {
+		return "", false
+	}
+	return C.GoString(s), true
+}
+
+func rDriverGetVersion(v *int32) Result {
+	return Result(C.w_pint(fn(sDriverGetVersion), (*C.int)(unsafe.Pointer(v))))
+}
+func rDeviceGetCount(n *int32) Result {
+	return Result(C.w_pint(fn(sDeviceGetCount), (*C.int)(unsafe.Pointer(n))))
+}
+func rDeviceGet(d *Device, ord int) Result {
+	return Result(C.w_devget(fn(sDeviceGet), (*C.int)(unsafe.Pointer(d)), C.int(ord)))
+}
+func rDeviceGetName(buf []byte, d Device) Result {
+	return Result(C.w_devname(fn(sDeviceGetName), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
+}
+func rDeviceGetAttribute(v *int32, a DeviceAttribute, d Device) Result {
+	return Result(C.w_devattr(fn(sDeviceGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.int(d)))
+}
+func rDeviceTotalMem(b *uint64, d Device) Result {
+	var n C.size_t
+	r := Result(C.w_devmem(fn(sDeviceTotalMem), &n, C.int(d)))
+	*b = uint64(n)
+	return r
+}
+func rDeviceGetUUID(u *[16]byte, d Device) Result {
+	return Result(C.w_devuuid(fn(sDeviceGetUUID), (*C.uchar)(unsafe.Pointer(&u[0])), C.int(d)))
+}
+func rDeviceGetPCIBusID(buf []byte, d Device) Result {
+	return Result(C.w_devname(fn(sDeviceGetPCIBusID), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
+}
+func rDeviceCanAccessPeer(c *int32, d, p Device) Result {
+	return Result(C.w_canpeer(fn(sDeviceCanAccessPeer), (*C.int)(unsafe.Pointer(c)), C.int(d), C.int(p)))
+}
+func rPrimaryCtxRetain(c *Context, d Device) Result {
+	return Result(C.w_retain(fn(sDevicePrimaryCtxRetain), (*C.uintptr_t)(unsafe.Pointer(c)), C.int(d)))
+}
+func rPrimaryCtxRelease(d Device) Result {
+	return Result(C.w_dev(fn(sDevicePrimaryCtxRelease), C.int(d)))
+}
+func rCtxSetCurrent(c Context) Result { return Result(C.w_h(fn(sCtxSetCurrent), C.uintptr_t(c))) }
+func rCtxGetCurrent(c *Context) Result {
+	return Result(C.w_ph(fn(sCtxGetCurrent), (*C.uintptr_t)(unsafe.Pointer(c))))
+}
+func rCtxSynchronize() Result { return Result(C.w_void(fn(sCtxSynchronize))) }
+func rCtxEnablePeerAccess(peer Context) Result {
+	return Result(C.w_hu(fn(sCtxEnablePeerAccess), C.uintptr_t(peer), 0))
+}
+func rMemGetInfo(free, total *uint64) Result {
+	var f, t C.size_t
+	r := Result(C.w_meminfo(fn(sMemGetInfo), &f, &t))
+	*free, *total = uint64(f), uint64(t)
+	return r
+}
+func rMemAlloc(p *DevicePtr, n int) Result {
+	return Result(C.w_alloc(fn(sMemAlloc), (*C.CUdeviceptr)(unsafe.Pointer(p)), C.size_t(n)))
+}
+func rMemFree(p DevicePtr) Result { return Result(C.w_dptr(fn(sMemFree), C.CUdeviceptr(p))) }
+func rMemAllocHost(h *HostMem, n int) Result {
+	var p unsafe.Pointer
+	r := Result(C.w_allochost(fn(sMemAllocHost), &p, C.size_t(n)))
+	if r == ResultSuccess {
+		*h = HostMem{p: p, n: n}
+	}
+	return r
+}
+func rMemFreeHost(h HostMem) Result { return Result(C.w_freehost(fn(sMemFreeHost), h.p)) }
+func rMemcpyHtoD(dst DevicePtr, src []byte) Result {
+	return Result(C.w_htod(fn(sMemcpyHtoD), C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
+}
+func rMemcpyDtoH(dst []byte, src DevicePtr) Result {
+	return Result(C.w_dtoh(fn(sMemcpyDtoH), unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
+}
+func rMemcpyDtoD(dst, src DevicePtr, n int) Result {
+	return Result(C.w_dtod(fn(sMemcpyDtoD), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))
+}
+func rMemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) Result {
+	return Result(C.w_htoda(fn(sMemcpyHtoDAsync), C.CUdeviceptr(dst), unsafe.Add(src.p, off), C.size_t(n), C.uintptr_t(s)))
+}
+func rMemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) Result {
+	return Result(C.w_dtoha(fn(sMemcpyDtoHAsync), unsafe.Add(dst.p, off), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
+}
+func rMemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) Result {
+	return Result(C.w_dtoda(fn(sMemcpyDtoDAsync), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
+}
+func rMemsetD8(dst DevicePtr, v byte, n int) Result {
+	return Result(C.w_memset(fn(sMemsetD8), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n)))
+}
+func rMemsetD8Async(dst DevicePtr, v byte, n int, s Stream) Result {
+	return Result(C.w_memseta(fn(sMemsetD8Async), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
+}
+func rCreate(s sym, h *uintptr, flags uint32) Result {
+	return Result(C.w_create(fn(s), (*C.uintptr_t)(unsafe.Pointer(h)), C.uint(flags)))
+}
+func rHandle(s sym, h uintptr) Result { return Result(C.w_h(fn(s), C.uintptr_t(h))) }
+func rHandle2(s sym, a, b uintptr) Result {
+	return Result(C.w_hh(fn(s), C.uintptr_t(a), C.uintptr_t(b)))
+}
+func rStreamWaitEvent(st Stream, e Event) Result {
+	return Result(C.w_hhu(fn(sStreamWaitEvent), C.uintptr_t(st), C.uintptr_t(e), 0))
+}
+func rEventElapsedTime(ms *float32, a, b Event) Result {
+	return Result(C.w_elapsed(fn(sEventElapsedTime), (*C.float)(unsafe.Pointer(ms)), C.uintptr_t(a), C.uintptr_t(b)))
+}
+func rModuleLoadData(m *Module, image []byte) Result {
+	// The driver parses the image during the call; copy it to C memory so
+	// that nothing depends on Go memory semantics.
+	p := C.CBytes(image)
+	defer C.free(p)
+	return Result(C.w_modload(fn(sModuleLoadData), (*C.uintptr_t)(unsafe.Pointer(m)), p))
+}
+func rModuleGetFunction(f *Function, m Module, name string) Result {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return Result(C.w_getfn(fn(sModuleGetFunction), (*C.uintptr_t)(unsafe.Pointer(f)), C.uintptr_t(m), cs))
+}
+func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
+	return Result(C.w_funcattr(fn(sFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
+}
+func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
+	buf, offs := a.layout()
+	var pb *C.uchar
+	var po *C.int
+	if len(buf) > 0 {
+		pb = (*C.uchar)(unsafe.Pointer(&buf[0]))
+	}
+	if len(offs) > 0 {
+		po = (*C.int)(unsafe.Pointer(&offs[0]))
+	}
+	return Result(C.w_launch(fn(sLaunchKernel), C.uintptr_t(f),
+		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
+		C.uint(shmem), C.uintptr_t(s), pb, C.int(len(buf)), po, C.int(len(offs))))
+}
+func rStreamBeginCapture(s Stream, mode CaptureMode) Result {
+	return Result(C.w_begincap(fn(sStreamBeginCapture), C.uintptr_t(s), C.int(mode)))
+}
+func rStreamEndCapture(s Stream, g *Graph) Result {
+	return Result(C.w_endcap(fn(sStreamEndCapture), C.uintptr_t(s), (*C.uintptr_t)(unsafe.Pointer(g))))
+}
+func rStreamIsCapturing(s Stream, st *CaptureStatus) Result {
+	return Result(C.w_iscap(fn(sStreamIsCapturing), C.uintptr_t(s), (*C.int)(unsafe.Pointer(st))))
+}
+func rGraphInstantiate(e *GraphExec, g Graph) Result {
+	return Result(C.w_instantiate(fn(sGraphInstantiate), (*C.uintptr_t)(unsafe.Pointer(e)), C.uintptr_t(g), 0))
+}
+func rIpcGetMemHandle(h *IpcMemHandle, p DevicePtr) Result {
+	return Result(C.w_ipcget(fn(sIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.CUdeviceptr(p)))
+}
+func rIpcOpenMemHandle(p *DevicePtr, h *IpcMemHandle) Result {
+	const lazyEnablePeerAccess = 1 // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+	return Result(C.w_ipcopen(fn(sIpcOpenMemHandle), (*C.CUdeviceptr)(unsafe.Pointer(p)), (*C.uchar)(unsafe.Pointer(&h[0])), lazyEnablePeerAccess))
+}
+func rIpcCloseMemHandle(p DevicePtr) Result {
+	return Result(C.w_dptr(fn(sIpcCloseMemHandle), C.CUdeviceptr(p)))
+}

@@ -1,0 +1,46 @@
+package nccl
+
+type sym int
+
+const (
+	sGetVersion sym = iota
+	sGetUniqueID
+	sCommInitRank
+	sCommDestroy
+	sCommAbort
+	sCommGetAsyncError
+	sGetErrorString
+	sGetLastError
+	sAllGather
+	sAllReduce
+	sReduceScatter
+	sBroadcast
+	sSend
+	sRecv
+	sGroupStart
+	sGroupEnd
+	numSyms
+)
+
+// symbolNames is indexed by sym; NCCL and RCCL export the same names.
+var symbolNames = [numSyms]struct {
+	name     string
+	optional bool
+}{
+	sGetVersion:        {"ncclGetVersion", false},
+	sGetUniqueID:       {"ncclGetUniqueId", false},
+	sCommInitRank:      {"ncclCommInitRank", false},
+	sCommDestroy:       {"ncclCommDestroy", false},
+	sCommAbort:         {"ncclCommAbort", false},
+	sCommGetAsyncError: {"ncclCommGetAsyncError", false},
+	sGetErrorString:    {"ncclGetErrorString", false},
+	sGetLastError:      {"ncclGetLastError", true}, // NCCL ≥ 2.13
+	sAllGather:         {"ncclAllGather", false},
+	sAllReduce:         {"ncclAllReduce", false},
+	sReduceScatter:     {"ncclReduceScatter", false},
+	sBroadcast:         {"ncclBroadcast", false},
+	sSend:              {"ncclSend", true}, // NCCL ≥ 2.7
+	sRecv:              {"ncclRecv", true},
+	sGroupStart:        {"ncclGroupStart", false},
+	sGroupEnd:          {"ncclGroupEnd", false},
+}

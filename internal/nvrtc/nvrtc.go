@@ -1,0 +1,382 @@
+package nvrtc
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// LibraryEnv overrides LibraryNames.
+const LibraryEnv = "DETCOLL_NVRTC_LIB"
+
+// CacheEnv overrides the disk cache directory.
+const CacheEnv = "DETCOLL_CACHE_DIR"
+
+// LibraryNames are the candidates, newest first. Absolute paths under
+// $CUDA_HOME (or /usr/local/cuda) follow the plain names because the
+// toolkit's lib64 is often not on the loader path.
+func LibraryNames() []string {
+	names := []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}
+	roots := []string{}
+	for _, v := range []string{"CUDA_HOME", "CUDA_PATH"} {
+		if r := os.Getenv(v); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	roots = append(roots, "/usr/local/cuda")
+	for _, r := range roots {
+		for _, n := range []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"} {
+			names = append(names, filepath.Join(r, "lib64", n))
+		}
+	}
+	return names
+}
+
+// ErrUnavailable is wrapped by errors meaning "no usable NVRTC here".
+var ErrUnavailable = errors.New("nvrtc: unavailable")
+
+// Result is an nvrtcResult.
+type Result int32
+
+// Results detcoll names.
+const (
+	ResultSuccess      Result = 0
+	ResultInvalidInput Result = 3
+	ResultInvalidOpt   Result = 5
+	ResultCompilation  Result = 6
+	ResultUnavailable  Result = -2
+)
+
+var resultNames = []string{
+	"NVRTC_SUCCESS", "NVRTC_ERROR_OUT_OF_MEMORY", "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
+	"NVRTC_ERROR_INVALID_INPUT", "NVRTC_ERROR_INVALID_PROGRAM", "NVRTC_ERROR_INVALID_OPTION",
+	"NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
+	"NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION", "NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
+	"NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID", "NVRTC_ERROR_INTERNAL_ERROR",
+	"NVRTC_ERROR_TIME_FILE_WRITE_FAILED", "NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED",
+	"NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED", "NVRTC_ERROR_PCH_CREATE", "NVRTC_ERROR_CANCELLED",
+	"NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED",
+}
+
+// ResultName is the NVRTC_* name of a code.
+func ResultName(r Result) string {
+	if r >= 0 && int(r) < len(resultNames) {
+		return resultNames[r]
+	}
+	if r == ResultUnavailable {
+		return "DETCOLL_NVRTC_UNAVAILABLE"
+	}
+	return fmt.Sprintf("NVRTC_ERROR_%d", int32(r))
+}
+
+// Error is a failed NVRTC call. For compilation failures Log holds the
+// program log.
+type Error struct {
+	Code    Result
+	Name    string
+	Message string
+	Call    string
+	Log     string
+}
+
+func (e *Error) Error() string {
+	s := "nvrtc: " + e.Call + ": " + e.Name
+	if e.Message != "" {
+		s += " (" + e.Message + ")"
+	}
+	if e.Log != "" {
+		s += "\n" + strings.TrimSpace(e.Log)
+	}
+	return s
+}
+
+// Is matches *Error values by code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// Unwrap makes load failures match ErrUnavailable.
+func (e *Error) Unwrap() error {
+	if e.Code == ResultUnavailable {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+func errorOf(call string, r Result) error {
+	if r == ResultSuccess {
+		return nil
+	}
+	e := &Error{Code: r, Name: ResultName(r), Call: call}
+	if m, ok := rErrorString(r); ok && m != e.Name {
+		e.Message = m
+	}
+	return e
+}
+
+var (
+	loadOnce sync.Once
+	loadErr  error
+)
+
+// Init loads NVRTC once per process.
+func Init() error {
+	loadOnce.Do(func() { loadErr = load() })
+	return loadErr
+}
+
+// Available reports why NVRTC cannot be used here, or nil.
+func Available() error { return Init() }
+
+// LibraryPath is the NVRTC library loaded ("" if none).
+func LibraryPath() string {
+	if Init() != nil {
+		return ""
+	}
+	return libraryPath()
+}
+
+// Version is NVRTC's (major, minor).
+func Version() (major, minor int, err error) {
+	if err := Init(); err != nil {
+		return 0, 0, err
+	}
+	return rVersion()
+}
+
+// VersionString is "major.minor", "" when unavailable.
+func VersionString() string {
+	ma, mi, err := Version()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", ma, mi)
+}
+
+// SupportedArchs lists the real architectures NVRTC can target (e.g. 90 for
+// sm_90), ascending. An NVRTC too old to say returns nil, nil.
+func SupportedArchs() ([]int, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	a, err := rSupportedArchs()
+	sort.Ints(a)
+	return a, err
+}
+
+// Target picks the compilation target for a device of compute capability cc
+// (major*10+minor): the real architecture itself (CUBIN) when supported is
+// empty (unknown) or lists it, otherwise PTX for the newest listed
+// architecture below cc. An error if every listed architecture is newer.
+func Target(cc int, supported []int) (arch int, cubin bool, err error) {
+	if cc <= 0 {
+		return 0, false, fmt.Errorf("nvrtc: invalid compute capability %d", cc)
+	}
+	if len(supported) == 0 {
+		return cc, true, nil
+	}
+	best := 0
+	for _, a := range supported {
+		if a == cc {
+			return cc, true, nil
+		}
+		if a < cc && a > best {
+			best = a
+		}
+	}
+	if best == 0 {
+		return 0, false, fmt.Errorf("nvrtc: compute capability %d.%d is older than every architecture this NVRTC supports (%v)", cc/10, cc%10, supported)
+	}
+	return best, false, nil
+}
+
+// ArithmeticOptions are always passed: no fast math, no flush-to-zero,
+// IEEE division and square root, no multiply-add contraction.
+var ArithmeticOptions = []string{"--ftz=false", "--prec-div=true", "--prec-sqrt=true", "--fmad=false"}
+
+// Options builds the option list: the architecture (sm_XY for CUBIN,
+// compute_XY for PTX), the arithmetic options, C++17, then extra. extra
+// must not weaken the arithmetic options; such options are rejected.
+func Options(arch int, cubin bool, extra ...string) ([]string, error) {
+	kind := "compute_"
+	if cubin {
+		kind = "sm_"
+	}
+	opts := []string{fmt.Sprintf("--gpu-architecture=%s%d", kind, arch)}
+	opts = append(opts, ArithmeticOptions...)
+	opts = append(opts, "--std=c++17")
+	for _, x := range extra {
+		l := strings.ToLower(x)
+		for _, bad := range []string{"fast-math", "use_fast_math", "ftz=true", "ftz true", "fmad=true", "prec-div=false", "prec-sqrt=false", "gpu-arch", "-arch"} {
+			if strings.Contains(l, bad) {
+				return nil, fmt.Errorf("nvrtc: option %q is not allowed (DESIGN.md section 3; the architecture is chosen by Target)", x)
+			}
+		}
+		opts = append(opts, x)
+	}
+	return opts, nil
+}
+
+// CacheKey is the hex sha256 of everything that determines the image.
+func CacheKey(source string, options []string, nvrtcVersion string, arch int, cubin bool) string {
+	h := sha256.New()
+	kind := "ptx"
+	if cubin {
+		kind = "cubin"
+	}
+	fmt.Fprintf(h, "detcoll-kernel-cache-v1\x00%s\x00%d\x00%s\x00%d\x00", nvrtcVersion, arch, kind, len(options))
+	for _, o := range options {
+		fmt.Fprintf(h, "%d:%s\x00", len(o), o)
+	}
+	fmt.Fprintf(h, "%d:", len(source))
+	h.Write([]byte(source))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CacheDir is the disk cache directory: $DETCOLL_CACHE_DIR, else
+// os.UserCacheDir()/detcoll/kernels, else "" (no disk cache).
+func CacheDir() string {
+	if d := os.Getenv(CacheEnv); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil || d == "" {
+		return ""
+	}
+	return filepath.Join(d, "detcoll", "kernels")
+}
+
+// Program is a compiled image.
+type Program struct {
+	Image   []byte   // CUBIN, or PTX with a terminating NUL
+	CUBIN   bool     // false: PTX for the driver to JIT
+	Arch    int      // the architecture compiled for (90 = sm_90/compute_90)
+	Options []string // the options used
+	Log     string   // the compiler's log (warnings), if any
+	Key     string   // the cache key
+	From    string   // "compiled", "memory" or "disk"
+	Version string   // NVRTC "major.minor"
+}
+
+var (
+	mu       sync.Mutex
+	memCache = map[string]*Program{}
+)
+
+// Compile compiles source without any cache. name is the program name used
+// in messages. The image is CUBIN when cubin is true (options must name an
+// sm_ architecture), else PTX with a terminating NUL.
+func Compile(source, name string, options []string, cubin bool) (image []byte, log string, err error) {
+	if err := Init(); err != nil {
+		return nil, "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return rCompile(source, name, options, cubin)
+}
+
+// Build compiles source for a device of compute capability cc (major*10 +
+// minor), using and filling the caches.
+func Build(source, name string, cc int, extra ...string) (*Program, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	archs, err := SupportedArchs()
+	if err != nil {
+		return nil, err
+	}
+	arch, cubin, err := Target(cc, archs)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := Options(arch, cubin, extra...)
+	if err != nil {
+		return nil, err
+	}
+	ver := VersionString()
+	key := CacheKey(source, opts, ver, arch, cubin)
+
+	mu.Lock()
+	if p, ok := memCache[key]; ok {
+		mu.Unlock()
+		q := *p
+		q.From = "memory"
+		return &q, nil
+	}
+	mu.Unlock()
+
+	p := &Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
+	path := cachePath(key, cubin)
+	if path != "" {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			p.Image, p.From = b, "disk"
+		}
+	}
+	if p.Image == nil {
+		img, log, err := Compile(source, name, opts, cubin)
+		if err != nil {
+			return nil, err
+		}
+		p.Image, p.Log, p.From = img, log, "compiled"
+		if path != "" {
+			writeAtomic(path, img) // best effort
+		}
+	}
+	mu.Lock()
+	memCache[key] = p
+	mu.Unlock()
+	q := *p
+	return &q, nil
+}
+
+// Invalidate forgets a cached image (memory and disk), e.g. after the driver
+// refused to load it.
+func Invalidate(key string) {
+	mu.Lock()
+	delete(memCache, key)
+	mu.Unlock()
+	for _, cubin := range []bool{true, false} {
+		if p := cachePath(key, cubin); p != "" {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+func cachePath(key string, cubin bool) string {
+	d := CacheDir()
+	if d == "" {
+		return ""
+	}
+	ext := ".ptx"
+	if cubin {
+		ext = ".cubin"
+	}
+	return filepath.Join(d, key+ext)
+}
+
+func writeAtomic(path string, b []byte) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if werr != nil || cerr != nil {
+		_ = os.Remove(f.Name())
+		return
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		_ = os.Remove(f.Name())
+	}
+}

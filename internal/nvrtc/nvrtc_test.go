@@ -1,0 +1,184 @@
+package nvrtc
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSymbolNames(t *testing.T) {
+	if len(symbolNames) != int(numSyms) {
+		t.Fatalf("%d names for %d symbols", len(symbolNames), numSyms)
+	}
+	check := map[sym]string{sVersion: "nvrtcVersion", sCompileProgram: "nvrtcCompileProgram",
+		sGetCUBIN: "nvrtcGetCUBIN", sGetPTX: "nvrtcGetPTX", sDestroyProgram: "nvrtcDestroyProgram",
+		sGetSupportedArchs: "nvrtcGetSupportedArchs", sGetProgramLog: "nvrtcGetProgramLog"}
+	for s, n := range check {
+		if symbolNames[s].name != n {
+			t.Errorf("symbol %d is %s, want %s", s, symbolNames[s].name, n)
+		}
+	}
+}
+
+func TestLibraryNames(t *testing.T) {
+	t.Setenv("CUDA_HOME", "/opt/cuda-x")
+	n := LibraryNames()
+	if n[0] != "libnvrtc.so.13" || n[1] != "libnvrtc.so.12" {
+		t.Fatalf("names %v", n)
+	}
+	found := false
+	for _, x := range n {
+		if x == "/opt/cuda-x/lib64/libnvrtc.so.13" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("CUDA_HOME not used: %v", n)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o, err := Options(90, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--gpu-architecture=sm_90 --ftz=false --prec-div=true --prec-sqrt=true --fmad=false --std=c++17"
+	if strings.Join(o, " ") != want {
+		t.Fatalf("options %q", strings.Join(o, " "))
+	}
+	o, _ = Options(80, false, "-lineinfo")
+	if o[0] != "--gpu-architecture=compute_80" || o[len(o)-1] != "-lineinfo" {
+		t.Fatalf("ptx options %v", o)
+	}
+	for _, bad := range []string{"--use_fast_math", "--ftz=true", "--fmad=true", "--prec-div=false", "-arch=sm_70", "--gpu-arch=sm_80"} {
+		if _, err := Options(90, true, bad); err == nil {
+			t.Errorf("option %s accepted", bad)
+		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	cases := []struct {
+		cc        int
+		supported []int
+		arch      int
+		cubin     bool
+		err       bool
+	}{
+		{90, nil, 90, true, false},
+		{90, []int{75, 80, 86, 89, 90, 100, 120}, 90, true, false},
+		{121, []int{75, 80, 90, 100, 120}, 120, false, false}, // newer device: PTX, driver JIT
+		{70, []int{75, 80}, 0, false, true},
+		{0, nil, 0, false, true},
+	}
+	for _, c := range cases {
+		a, cb, err := Target(c.cc, c.supported)
+		if (err != nil) != c.err || a != c.arch || cb != c.cubin {
+			t.Errorf("Target(%d, %v) = %d %v %v", c.cc, c.supported, a, cb, err)
+		}
+	}
+}
+
+func TestCacheKey(t *testing.T) {
+	o := []string{"--gpu-arch=sm_90", "--fmad=false"}
+	k := CacheKey("src", o, "13.0", 90, true)
+	if len(k) != 64 || k != CacheKey("src", o, "13.0", 90, true) {
+		t.Fatal("key not stable")
+	}
+	diff := []string{
+		CacheKey("src2", o, "13.0", 90, true),
+		CacheKey("src", o[:1], "13.0", 90, true),
+		CacheKey("src", o, "12.8", 90, true),
+		CacheKey("src", o, "13.0", 89, true),
+		CacheKey("src", o, "13.0", 90, false),
+		CacheKey("src", []string{"--gpu-arch=sm_90--fmad=false"}, "13.0", 90, true), // no ambiguity by concatenation
+	}
+	for i, d := range diff {
+		if d == k {
+			t.Errorf("variant %d has the same key", i)
+		}
+	}
+}
+
+func TestCacheDir(t *testing.T) {
+	t.Setenv(CacheEnv, "/tmp/detcoll-x")
+	if CacheDir() != "/tmp/detcoll-x" {
+		t.Fatal("override")
+	}
+	t.Setenv(CacheEnv, "")
+	t.Setenv("XDG_CACHE_HOME", "/tmp/xdg")
+	if CacheDir() != filepath.Join("/tmp/xdg", "detcoll", "kernels") {
+		t.Fatalf("default %s", CacheDir())
+	}
+}
+
+func TestWriteAtomicAndInvalidate(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(CacheEnv, dir)
+	p := cachePath("abc", true)
+	writeAtomic(p, []byte("image"))
+	b, err := os.ReadFile(p)
+	if err != nil || string(b) != "image" {
+		t.Fatalf("read back %q %v", b, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("leftover files: %v", ents)
+	}
+	memCache["abc"] = &Program{}
+	Invalidate("abc")
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatal("not removed from disk")
+	}
+	if _, ok := memCache["abc"]; ok {
+		t.Fatal("not removed from memory")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	e := errorOf("nvrtcCompileProgram", ResultCompilation).(*Error)
+	e.Log = "kernel.cu(3): error: expected a \";\""
+	if !strings.Contains(e.Error(), "NVRTC_ERROR_COMPILATION") || !strings.Contains(e.Error(), "expected a") {
+		t.Fatalf("message %q", e.Error())
+	}
+	if !errors.Is(e, &Error{Code: ResultCompilation}) {
+		t.Fatal("Is")
+	}
+	if ResultName(99) != "NVRTC_ERROR_99" {
+		t.Fatal("unknown name")
+	}
+}
+
+func TestAvailableHere(t *testing.T) {
+	if err := Available(); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("error %v does not wrap ErrUnavailable", err)
+		}
+		t.Skipf("no NVRTC: %v", err)
+	}
+	ma, mi, err := Version()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NVRTC %d.%d at %s", ma, mi, LibraryPath())
+	t.Setenv(CacheEnv, t.TempDir())
+	src := "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = __fadd_rn(x[threadIdx.x], 1.0f); }\n"
+	p, err := Build(src, "k.cu", 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.CUBIN || len(p.Image) == 0 || p.From != "compiled" {
+		t.Fatalf("program %+v", p)
+	}
+	p2, err := Build(src, "k.cu", 90)
+	if err != nil || p2.From != "memory" {
+		t.Fatalf("second build from %q: %v", p2.From, err)
+	}
+	_, _, err = Compile("this is not C++", "bad.cu", []string{"--gpu-architecture=sm_90"}, true)
+	var ne *Error
+	if !errors.As(err, &ne) || ne.Log == "" {
+		t.Fatalf("compile error without log: %v", err)
+	}
+}
