@@ -172,6 +172,9 @@ func TestMultiProcessAllReduce(t *testing.T) {
 func TestKilledRankFailsEveryOther(t *testing.T) {
 	res := spawn(t, "kill", 4)
 	for r, rr := range res {
+		t.Logf("rank %d exit %d: %s", r, rr.code, strings.TrimSpace(rr.out))
+	}
+	for r, rr := range res {
 		if r == 2 {
 			if rr.code != -1 {
 				t.Errorf("rank 2 should have died by SIGKILL, exit %d", rr.code)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/internal/app"
+	"github.com/detcoll/detcoll/launch"
+)
+
+func init() { extraCommands = append(extraCommands, verifyCmd, envCmd) }
+
+func verifyCmd() *cobra.Command {
+	var worlds, transports, counts []string
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check every collective, dtype, algorithm, transport and device against the host oracle",
+		Long: `verify runs AllReduce, AllGather, ReduceScatter and the many-lane variants for
+every dtype, algorithm and accumulate mode, over every available transport and
+device, compares each result bit for bit with the host oracle, prints a
+pass/fail table and exits non-zero on any mismatch. Run it on a new cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o := app.VerifyOptions{Transports: splitList(transports), Out: cmd.OutOrStdout()}
+			for _, s := range splitList(worlds) {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 1 {
+					return fmt.Errorf("--world-sizes: %q is not a positive integer", s)
+				}
+				o.WorldSizes = append(o.WorldSizes, n)
+			}
+			for _, s := range splitList(counts) {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 0 {
+					return fmt.Errorf("--counts: %q is not a count", s)
+				}
+				o.Counts = append(o.Counts, n)
+			}
+			_, err := app.Verify(cmd.Context(), o)
+			return err
+		},
+	}
+	cmd.Flags().StringSliceVar(&worlds, "world-sizes", []string{"1,2,3,4,5,8"}, "world sizes of the in-process groups")
+	cmd.Flags().StringSliceVar(&transports, "transports", []string{"inproc,tcp"}, "host transports to check")
+	cmd.Flags().StringSliceVar(&counts, "counts", nil, "element counts per rank (default 1 7 1031 65537)")
+	return cmd
+}
+
+func envCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "env",
+		Short: "Print what detcoll finds here: version, contract, launcher environment, GPUs and libraries",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info := gpu.Probe()
+			lenv, lerr := launch.FromEnv(os.Getenv)
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+					"detcoll_version": version, "contract": detcoll.ContractVersion, "go": runtime.Version(),
+					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": lenv, "gpu": info,
+				})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "detcoll %s, contract %s, %s %s/%s, GOMAXPROCS=%d\n", version, detcoll.ContractVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
+			if lerr != nil {
+				fmt.Fprintf(w, "launcher environment: invalid: %v\n", lerr)
+			} else {
+				fmt.Fprintf(w, "launcher environment: %s: rank %d of %d (local %d of %d), store %q\n", lenv.Source, lenv.Rank, lenv.WorldSize, lenv.LocalRank, lenv.LocalWorldSize, lenv.StoreAddr)
+			}
+			fmt.Fprintln(w, "host transports: inproc, tcp")
+			fmt.Fprint(w, info.String())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,253 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/reduce"
+	"github.com/detcoll/detcoll/store"
+	"github.com/detcoll/detcoll/transport/tcp"
+)
+
+// VerifyResult is one row of `detcoll verify`.
+type VerifyResult struct {
+	Transport string
+	World     int
+	Op        string
+	DType     dtype.DType
+	Algorithm string
+	Accum     string
+	Pass      bool
+	Detail    string
+}
+
+// VerifyOptions is `detcoll verify`.
+type VerifyOptions struct {
+	WorldSizes []int
+	Transports []string // inproc, tcp
+	Counts     []int
+	Out        io.Writer
+}
+
+// GroupVerifiers run device checks (GPU packages register themselves) and
+// return their rows; they run after the host transports.
+var GroupVerifiers []func(ctx context.Context) ([]VerifyResult, error)
+
+// Verify runs every collective, dtype, algorithm and accumulate mode over
+// each transport and world size against the host oracle, prints a pass/fail
+// table, and returns an error if any row failed.
+func Verify(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
+	if len(o.WorldSizes) == 0 {
+		o.WorldSizes = []int{1, 2, 3, 4, 5, 8}
+	}
+	if len(o.Transports) == 0 {
+		o.Transports = []string{"inproc", "tcp"}
+	}
+	if len(o.Counts) == 0 {
+		o.Counts = []int{1, 7, 1031, 65537}
+	}
+	var rows []VerifyResult
+	for _, tr := range o.Transports {
+		for _, w := range o.WorldSizes {
+			comms, err := makeComms(ctx, tr, w)
+			if err != nil {
+				return rows, err
+			}
+			rows = append(rows, verifyGroup(ctx, tr, comms, o.Counts)...)
+			for _, c := range comms {
+				c.Close()
+			}
+		}
+	}
+	for _, v := range GroupVerifiers {
+		more, err := v(ctx)
+		rows = append(rows, more...)
+		if err != nil {
+			rows = append(rows, VerifyResult{Transport: "device", Op: "setup", Detail: err.Error()})
+		}
+	}
+	failed := printVerify(o.Out, rows)
+	if failed > 0 {
+		return rows, fmt.Errorf("verify: %d of %d checks failed", failed, len(rows))
+	}
+	return rows, nil
+}
+
+func makeComms(ctx context.Context, tr string, w int) ([]*detcoll.Comm, error) {
+	switch tr {
+	case "inproc":
+		return detcoll.NewInProc(w)
+	case "tcp":
+		st := store.NewMemory()
+		prefix := fmt.Sprintf("verify/%d/%d", w, time.Now().UnixNano())
+		comms := make([]*detcoll.Comm, w)
+		errs := make([]error, w)
+		var wg sync.WaitGroup
+		for r := 0; r < w; r++ {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				t, err := tcp.Connect(ctx, st, prefix, r, w, tcp.Options{Host: "127.0.0.1", DialTimeout: 30 * time.Second})
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				comms[r], errs[r] = detcoll.New(t)
+			}(r)
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("verify: tcp W=%d: %w", w, err)
+			}
+		}
+		return comms, nil
+	}
+	return nil, fmt.Errorf("verify: unknown transport %q (want inproc or tcp)", tr)
+}
+
+// verifyGroup checks one group of in-process ranks.
+func verifyGroup(ctx context.Context, tr string, comms []*detcoll.Comm, counts []int) []VerifyResult {
+	w := len(comms)
+	var rows []VerifyResult
+	rng := rand.New(rand.NewPCG(uint64(w), 99))
+	row := func(op string, dt dtype.DType, alg, acc string, err error, ok bool) {
+		r := VerifyResult{Transport: tr, World: w, Op: op, DType: dt, Algorithm: alg, Accum: acc, Pass: err == nil && ok}
+		if err != nil {
+			r.Detail = err.Error()
+		} else if !ok {
+			r.Detail = "differs from the host oracle"
+		}
+		rows = append(rows, r)
+	}
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.FP16, dtype.FP32, dtype.FP64} {
+		accs := []reduce.Accumulate{reduce.Native}
+		if dt.Size() == 2 {
+			accs = append(accs, reduce.F32)
+		}
+		for _, acc := range accs {
+			for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree} {
+				okAR, okRS, okRSM := true, true, true
+				var errAR, errRS, errRSM error
+				for _, n := range counts {
+					ins := make([][]byte, w)
+					for r := range ins {
+						ins[r] = make([]byte, w*n*dt.Size())
+						bench.FillInput(ins[r], dt, rng.Uint64(), r, 0)
+					}
+					full := make([]byte, len(ins[0]))
+					reduce.Oracle(dt, acc, ins, full)
+					outs := make([][]byte, w)
+					errAR = firstErr(errAR, each(comms, func(c *detcoll.Comm) error {
+						outs[c.Rank()] = make([]byte, len(full))
+						return c.AllReduce(ctx, ins[c.Rank()], outs[c.Rank()], dt, detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc))
+					}))
+					for _, o := range outs {
+						okAR = okAR && bytes.Equal(o, full)
+					}
+					blk := n * dt.Size()
+					errRS = firstErr(errRS, each(comms, func(c *detcoll.Comm) error {
+						outs[c.Rank()] = make([]byte, blk)
+						return c.ReduceScatter(ctx, ins[c.Rank()], outs[c.Rank()], dt, detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc))
+					}))
+					for r, o := range outs {
+						okRS = okRS && bytes.Equal(o, full[r*blk:(r+1)*blk])
+					}
+					// Two lanes: the whole input and its first half-block-per-rank view.
+					errRSM = firstErr(errRSM, each(comms, func(c *detcoll.Comm) error {
+						outs[c.Rank()] = make([]byte, 2*blk)
+						return c.ReduceScatterMany(ctx, [][]byte{ins[c.Rank()], ins[c.Rank()]}, [][]byte{outs[c.Rank()][:blk], outs[c.Rank()][blk:]}, dt,
+							detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc))
+					}))
+					for r, o := range outs {
+						okRSM = okRSM && bytes.Equal(o[:blk], full[r*blk:(r+1)*blk]) && bytes.Equal(o[blk:], full[r*blk:(r+1)*blk])
+					}
+				}
+				row("all_reduce", dt, alg.String(), acc.String(), errAR, okAR)
+				row("reduce_scatter", dt, alg.String(), acc.String(), errRS, okRS)
+				row("reduce_scatter_many", dt, alg.String(), acc.String(), errRSM, okRSM)
+			}
+		}
+		// AllGather and AllGatherMany: pure movement.
+		ok := true
+		var err error
+		for _, n := range counts {
+			var want []byte
+			ins := make([][]byte, w)
+			for r := range ins {
+				ins[r] = make([]byte, n*dt.Size())
+				bench.FillInput(ins[r], dt, rng.Uint64(), r, 0)
+				want = append(want, ins[r]...)
+			}
+			outs := make([][]byte, w)
+			err = firstErr(err, each(comms, func(c *detcoll.Comm) error {
+				outs[c.Rank()] = make([]byte, 2*len(want))
+				o := outs[c.Rank()]
+				return c.AllGatherMany(ctx, [][]byte{ins[c.Rank()], ins[c.Rank()]}, [][]byte{o[:len(want)], o[len(want):]}, dt)
+			}))
+			for _, o := range outs {
+				ok = ok && bytes.Equal(o[:len(want)], want) && bytes.Equal(o[len(want):], want)
+			}
+			err = firstErr(err, each(comms, func(c *detcoll.Comm) error {
+				outs[c.Rank()] = make([]byte, len(want))
+				return c.AllGather(ctx, ins[c.Rank()], outs[c.Rank()], dt)
+			}))
+			for _, o := range outs {
+				ok = ok && bytes.Equal(o, want)
+			}
+		}
+		row("all_gather", dt, "direct", "-", err, ok)
+	}
+	return rows
+}
+
+func each(comms []*detcoll.Comm, fn func(c *detcoll.Comm) error) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func(i int, c *detcoll.Comm) { defer wg.Done(); errs[i] = fn(c) }(i, c)
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func printVerify(out io.Writer, rows []VerifyResult) (failed int) {
+	if out == nil {
+		out = io.Discard
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "transport\tW\toperation\tdtype\talgorithm\taccumulate\tresult\t")
+	for _, r := range rows {
+		res := "pass"
+		if !r.Pass {
+			res = "FAIL: " + r.Detail
+			failed++
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%s\t\n", r.Transport, r.World, r.Op, r.DType, r.Algorithm, r.Accum, res)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "%d checks, %d failed\n", len(rows), failed)
+	return failed
+}
