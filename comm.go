@@ -331,6 +331,10 @@ type signature struct {
 
 const sigBytes = 32
 
+// maxCachedSignatures bounds the validated-signature cache (workloads with
+// ever-changing sizes would otherwise grow it without limit).
+const maxCachedSignatures = 4096
+
 func (s signature) encode(b []byte) {
 	b[0], b[1], b[2], b[3] = s.op, s.dt, s.acc, s.alg
 	binary.LittleEndian.PutUint32(b[4:], uint32(s.root))
@@ -424,6 +428,11 @@ func (c *Comm) validate(ctx context.Context, s signature) (uint32, error) {
 		if diff != nil {
 			return 0, fmt.Errorf("%w: rank %d called %v; %v", ErrMismatch, c.rank, s, diff)
 		}
+	}
+	if len(c.sigs) >= maxCachedSignatures {
+		// Every rank validates the same sequence of signatures, so clearing
+		// at the same count keeps the caches identical across ranks.
+		clear(c.sigs)
 	}
 	c.sigs[s] = th
 	return th, nil

@@ -568,3 +568,21 @@ func TestParseAlgorithm(t *testing.T) {
 		t.Fatal("ring accepted")
 	}
 }
+
+func TestSignatureCacheBounded(t *testing.T) {
+	comms := newComms(t, 2)
+	for i := 0; i < maxCachedSignatures+10; i++ {
+		n := 4 * (i + 1)
+		mustEach(t, comms, func(c *Comm) error {
+			return c.AllGather(context.Background(), make([]byte, n), make([]byte, 2*n), Byte)
+		})
+	}
+	for _, c := range comms {
+		if len(c.sigs) > maxCachedSignatures {
+			t.Fatalf("cache holds %d signatures", len(c.sigs))
+		}
+		if s := c.Stats(); s.SignatureExchanges != int64(maxCachedSignatures+10) {
+			t.Fatalf("exchanges %d", s.SignatureExchanges)
+		}
+	}
+}

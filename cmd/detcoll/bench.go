@@ -88,7 +88,7 @@ host over TCP loopback. List flags take space- or comma-separated values:
 	f.IntVar(&warmup, "warmup", envInt("DETCOLL_WARMUP", 3), "warm-up iterations [DETCOLL_WARMUP]")
 	f.IntVar(&iters, "iterations", envInt("DETCOLL_ITERATIONS", 5), "iterations per sample [DETCOLL_ITERATIONS]")
 	f.IntVar(&samples, "samples", envInt("DETCOLL_SAMPLES", 5), "samples per row [DETCOLL_SAMPLES]")
-	f.StringVar(&output, "output", envDefault("DETCOLL_OUTPUT", ""), "write the JSON report here [DETCOLL_OUTPUT]")
+	f.StringVar(&output, "output", envDefault("DETCOLL_OUTPUT", "detcoll-bench.json"), "write the JSON report here; empty for none [DETCOLL_OUTPUT]")
 	f.StringVar(&plot, "plot", envDefault("DETCOLL_PLOT", ""), "write a latency plot (.svg or .png) [DETCOLL_PLOT]")
 	f.StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "auto, cpu, cuda or rocm [DETCOLL_DEVICE]")
 	f.IntVar(&nproc, "nproc-per-node", envInt("DETCOLL_NPROC_PER_NODE", 4), "ranks to start when no launcher started this process [DETCOLL_NPROC_PER_NODE]")
