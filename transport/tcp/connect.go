@@ -30,7 +30,7 @@ type Rendezvous interface {
 const EnvHost = "DETCOLL_TCP_HOST"
 
 // DefaultChunkSize is the default Options.ChunkSize.
-const DefaultChunkSize = 1 << 20
+const DefaultChunkSize = 512 << 10
 
 // DefaultDialTimeout is the default Options.DialTimeout.
 const DefaultDialTimeout = 60 * time.Second
@@ -49,9 +49,9 @@ type Options struct {
 
 	// ChunkSize is how many payload bytes one checksum covers on the frames
 	// this rank sends, rounded down to a power of two in 4 KiB…1 GiB. Zero
-	// means DefaultChunkSize; negative means one checksum per frame. Chunks
-	// let the sender checksum a piece while the previous one is on the wire.
-	// Receivers accept any chunk size, so ranks may differ.
+	// means DefaultChunkSize (512 KiB); negative means one checksum per
+	// frame, which is markedly slower for large messages (see the package
+	// doc). Receivers accept any chunk size, so ranks may differ.
 	ChunkSize int
 
 	// ReadBuffer and WriteBuffer set SO_RCVBUF and SO_SNDBUF on every
@@ -119,7 +119,7 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	if size == 1 {
 		return t, nil
 	}
-	m := &mesher{st: st, prefix: prefix, rank: rank, size: size, group: groupHash(prefix, members), opt: opt}
+	m := &mesher{st: st, prefix: prefix, rank: rank, size: size, group: prefixHash(prefix), members: membersHash(members), opt: opt}
 	conns, err := m.run(ctx)
 	if err != nil {
 		t.kill()
@@ -135,12 +135,13 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 
 // mesher builds the connections of one rank.
 type mesher struct {
-	st     Rendezvous
-	prefix string
-	rank   int
-	size   int
-	group  uint64
-	opt    Options
+	st      Rendezvous
+	prefix  string
+	rank    int
+	size    int
+	group   uint64 // prefixHash
+	members uint64 // membersHash
+	opt     Options
 
 	ln     *net.TCPListener
 	cancel context.CancelCauseFunc
@@ -340,6 +341,8 @@ func (m *mesher) check(h hello) uint8 {
 		return reasonVersion
 	case h.group != m.group:
 		return reasonGroup
+	case h.members != m.members:
+		return reasonMembers
 	case h.size != uint32(m.size):
 		return reasonSize
 	case h.to != uint32(m.rank) || h.from <= uint32(m.rank) || h.from >= uint32(m.size):
@@ -351,11 +354,17 @@ func (m *mesher) check(h hello) uint8 {
 func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8) {
 	var b [helloLen]byte
 	encodeHello(&b, hello{version: protocolVersion, kind: kindReject, reason: reason, group: m.group,
-		from: uint32(m.rank), to: h.from, size: uint32(m.size)})
+		members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
 	c.Write(b[:])
+	what := fmt.Sprintf("a connection from %v claiming rank %d: %s", c.RemoteAddr(), h.from, reasonString(reason))
 	m.mu.Lock()
-	m.rejected = fmt.Sprintf("a connection from %v claiming rank %d: %s", c.RemoteAddr(), h.from, reasonString(reason))
+	m.rejected = what
 	m.mu.Unlock()
+	if reason == reasonSize || reason == reasonMembers {
+		// Same key prefix, different idea of the group: a configuration
+		// error that waiting cannot cure. Fail the whole Connect now.
+		m.setErr(int(h.from), fmt.Errorf("tcp: %s", what))
+	}
 }
 
 // serverHandshake answers one accepted connection: a valid hello from a
@@ -365,7 +374,15 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	var from = -1
 	err := withConn(ctx, c, func() error {
 		var b [helloLen]byte
-		if _, err := io.ReadFull(c, b[:]); err != nil {
+		// Check the magic first: a stranger that sent a few bytes is
+		// dropped without waiting for a whole hello.
+		if _, err := io.ReadFull(c, b[:len(helloMagic)]); err != nil {
+			return err
+		}
+		if string(b[:len(helloMagic)]) != helloMagic {
+			return errHelloMagic
+		}
+		if _, err := io.ReadFull(c, b[len(helloMagic):]); err != nil {
 			return err
 		}
 		h, err := decodeHello(b[:])
@@ -391,7 +408,7 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 			return errors.New(reasonString(reason))
 		}
 		encodeHello(&b, hello{version: protocolVersion, kind: kindAccept, group: m.group,
-			from: uint32(m.rank), to: h.from, size: uint32(m.size)})
+			members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
 		_, err = c.Write(b[:])
 		return err
 	})
@@ -423,9 +440,10 @@ func (e *rejectedError) Error() string {
 }
 
 // dial connects to lower rank p, retrying (with a fresh look at p's address
-// each time) until the handshake succeeds or ctx ends. Rejections that
-// retrying cannot cure (protocol version, group size, duplicate) end it at
-// once.
+// each time, which a restarted peer may have replaced) until the handshake
+// succeeds or ctx ends. Only rejections that point at a stale address
+// (another prefix, another rank) are retried; the others (protocol version,
+// group size, member list, duplicate) end it at once.
 func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 	var d net.Dialer
 	backoff := 5 * time.Millisecond
@@ -448,7 +466,7 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 			}
 			c.Close()
 			var re *rejectedError
-			if errors.As(err, &re) && (re.reason == reasonVersion || re.reason == reasonSize || re.reason == reasonDuplicate) {
+			if errors.As(err, &re) && re.reason != reasonGroup && re.reason != reasonRank {
 				return nil, fmt.Errorf("tcp: rank %d at %s: %w", p, addr, err)
 			}
 		}
@@ -469,7 +487,7 @@ func (m *mesher) clientHandshake(ctx context.Context, c *net.TCPConn, p int) err
 	return withConn(ctx, c, func() error {
 		var b [helloLen]byte
 		encodeHello(&b, hello{version: protocolVersion, kind: kindHello, group: m.group,
-			from: uint32(m.rank), to: uint32(p), size: uint32(m.size)})
+			members: m.members, from: uint32(m.rank), to: uint32(p), size: uint32(m.size)})
 		if _, err := c.Write(b[:]); err != nil {
 			return err
 		}
@@ -486,7 +504,8 @@ func (m *mesher) clientHandshake(ctx context.Context, c *net.TCPConn, p int) err
 		if h.kind == kindReject {
 			return &rejectedError{peer: p, reason: h.reason}
 		}
-		want := hello{version: protocolVersion, kind: kindAccept, group: m.group, from: uint32(p), to: uint32(m.rank), size: uint32(m.size)}
+		want := hello{version: protocolVersion, kind: kindAccept, group: m.group, members: m.members,
+			from: uint32(p), to: uint32(m.rank), size: uint32(m.size)}
 		if h != want {
 			return fmt.Errorf("tcp: unexpected handshake answer %+v, want %+v", h, want)
 		}

@@ -73,6 +73,15 @@ type direction struct {
 	crc   [4]byte
 	bufs  [2][]byte
 	nb    net.Buffers
+
+	// Sender's checksum helper (writeChunksParallel).
+	crcLoopFn func()
+	helper    sync.WaitGroup
+	abort     atomic.Bool
+	crcReady  chan struct{} // one token per checksummed chunk
+	crcs      []uint32
+	pbuf      []byte
+	pshift    uint8
 }
 
 // aLongTimeAgo is a deadline in the past: it makes pending I/O return at once.
@@ -88,6 +97,8 @@ func newPeer(id int, c *net.TCPConn) *peer {
 			d.setConnDeadline(aLongTimeAgo)
 		}
 	}
+	p.snd.crcLoopFn = p.snd.crcLoop
+	p.snd.crcReady = make(chan struct{}, crcTokens)
 	return p
 }
 
@@ -200,12 +211,45 @@ func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) 
 	return nil
 }
 
+// parallelCRC makes Send checksum multi-chunk frames in a helper goroutine
+// that runs ahead of the writes, so the checksum is off the critical path
+// (64 MiB loopback streams went from 75–85% to 95–100% of raw TCP, on 16
+// cores and on 2). Benchmarks and tests switch it off for comparison.
+var parallelCRC = true
+
+// Frames of at least parallelMinChunks chunks use the helper; crcTokens
+// bounds how many chunks such a frame may have (the token channel never
+// fills, so the helper never blocks; a chan struct{} buffer costs nothing).
+const (
+	parallelMinChunks = 2
+	crcTokens         = 1 << 20
+)
+
+// crcLoop is the helper: it checksums the chunks of d.pbuf in order, stores
+// each in d.crcs and hands a token per chunk to the writer.
+func (d *direction) crcLoop() {
+	defer d.helper.Done()
+	buf, size := d.pbuf, 1<<d.pshift
+	for k, off := 0, 0; off < len(buf); k++ {
+		if d.abort.Load() {
+			return
+		}
+		end := min(off+size, len(buf))
+		d.crcs[k] = crc32c(buf[off:end])
+		d.crcReady <- struct{}{}
+		off = end
+	}
+}
+
 func (d *direction) writeFrame(tag uint32, buf []byte, shift uint8) (moved bool, err error) {
 	defer clear(d.bufs[:]) // do not keep the caller's buffer
 	n := len(buf)
 	first := n
 	if shift != 0 && n > 1<<shift {
 		first = 1 << shift
+		if k := (n + first - 1) >> shift; parallelCRC && k >= parallelMinChunks && k <= crcTokens {
+			return d.writeChunksParallel(tag, buf, shift, k)
+		}
 	}
 	encodeFrameHeader(&d.hdr, frameHeader{tag: tag, length: uint64(n), shift: shift, crc: crc32c(buf[:first])})
 	d.bufs[0], d.bufs[1] = d.hdr[:], buf[:first]
@@ -221,6 +265,46 @@ func (d *direction) writeFrame(tag uint32, buf []byte, shift uint8) (moved bool,
 		d.nb = d.bufs[:]
 		if _, err := d.nb.WriteTo(d.c); err != nil {
 			return true, err
+		}
+		off = end
+	}
+	return true, nil
+}
+
+// writeChunksParallel writes a frame of k chunks while the helper computes
+// their checksums ahead of it.
+func (d *direction) writeChunksParallel(tag uint32, buf []byte, shift uint8, k int) (moved bool, err error) {
+	if cap(d.crcs) < k {
+		d.crcs = make([]uint32, k) // grows with this rank's own largest message only
+	}
+	d.crcs = d.crcs[:k]
+	d.pbuf, d.pshift = buf, shift
+	d.abort.Store(false)
+	d.helper.Add(1)
+	go d.crcLoopFn()
+	defer func() {
+		d.abort.Store(true)
+		d.helper.Wait()
+		for len(d.crcReady) > 0 {
+			<-d.crcReady
+		}
+		d.pbuf = nil
+	}()
+	size := 1 << shift
+	for i, off := 0, 0; i < k; i++ {
+		<-d.crcReady
+		end := min(off+size, len(buf))
+		if i == 0 {
+			encodeFrameHeader(&d.hdr, frameHeader{tag: tag, length: uint64(len(buf)), shift: shift, crc: d.crcs[0]})
+			d.bufs[0] = d.hdr[:]
+		} else {
+			binary.LittleEndian.PutUint32(d.crc[:], d.crcs[i])
+			d.bufs[0] = d.crc[:]
+		}
+		d.bufs[1] = buf[off:end]
+		d.nb = d.bufs[:]
+		if w, err := d.nb.WriteTo(d.c); err != nil {
+			return i > 0 || w > 0, err
 		}
 		off = end
 	}
@@ -259,9 +343,28 @@ type protoError struct{ err error }
 func (e *protoError) Error() string { return e.err.Error() }
 func (e *protoError) Unwrap() error { return e.err }
 
-// crcPiece is how much of a large single-chunk payload is read before the
-// running checksum is updated, so the bytes are checked while still in cache.
-const crcPiece = 256 << 10
+// crcPiece caps one read of payload: every read's bytes are checksummed as
+// soon as they arrive, while they are still in cache. 128 KiB measured best
+// across 1 MiB and 64 MiB messages (64 KiB favours the large ones, 256 KiB
+// the medium ones).
+const crcPiece = 128 << 10
+
+// readSum reads exactly len(b) bytes into b and returns their CRC-32C.
+func (d *direction) readSum(b []byte) (uint32, error) {
+	var sum uint32
+	for o := 0; o < len(b); {
+		n, err := d.c.Read(b[o:min(o+crcPiece, len(b))])
+		sum = crc32.Update(sum, castagnoli, b[o:o+n])
+		o += n
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // the header came: this is mid-frame
+			}
+			return sum, err
+		}
+	}
+	return sum, nil
+}
 
 func (d *direction) readFrame(tag uint32, buf []byte) (moved bool, err error) {
 	if n, err := io.ReadFull(d.c, d.hdr[:]); err != nil {
@@ -283,19 +386,17 @@ func (d *direction) readFrame(tag uint32, buf []byte) (moved bool, err error) {
 		end := off + first
 		if k > 0 {
 			if _, err := io.ReadFull(d.c, d.crc[:]); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
 				return true, err
 			}
 			want = binary.LittleEndian.Uint32(d.crc[:])
 			end = min(off+1<<h.shift, len(buf))
 		}
-		var got uint32
-		for o := off; o < end; {
-			e := min(o+crcPiece, end)
-			if _, err := io.ReadFull(d.c, buf[o:e]); err != nil {
-				return true, err
-			}
-			got = crc32.Update(got, castagnoli, buf[o:e])
-			o = e
+		got, err := d.readSum(buf[off:end])
+		if err != nil {
+			return true, err
 		}
 		if got != want {
 			return true, &protoError{fmt.Errorf("%w: payload checksum mismatch in bytes %d…%d (%#08x, frame says %#08x)",

@@ -18,11 +18,29 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/detcoll/detcoll/store"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// store.Store is a Rendezvous.
+var _ Rendezvous = store.Store(nil)
+
+// recorder is a Rendezvous that remembers the keys written through it.
+type recorder struct {
+	Rendezvous
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *recorder) Set(ctx context.Context, key string, value []byte) error {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	return r.Rendezvous.Set(ctx, key, value)
+}
 
 var prefixSeq atomic.Int64
 
@@ -69,7 +87,7 @@ func TestConformance(t *testing.T) {
 	for _, chunk := range []int{0, 4096, -1} {
 		t.Run(fmt.Sprintf("chunk=%d", chunk), func(t *testing.T) {
 			transporttest.Run(t, func(t *testing.T, w int) []transport.Transport {
-				ts := connectGroup(t, newMemStore(), uniquePrefix("conf"), w, Options{ChunkSize: chunk})
+				ts := connectGroup(t, store.NewMemory(), uniquePrefix("conf"), w, Options{ChunkSize: chunk})
 				out := make([]transport.Transport, w)
 				for i, x := range ts {
 					out[i] = x
@@ -109,7 +127,7 @@ func exchange(t *testing.T, a, b *Transport, tag uint32, want []byte) {
 
 func TestChunkBoundaries(t *testing.T) {
 	// Sender chunk sizes differ per rank: receivers follow the frame header.
-	st, prefix := newMemStore(), uniquePrefix("chunks")
+	st, prefix := store.NewMemory(), uniquePrefix("chunks")
 	var ts [2]*Transport
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -126,9 +144,12 @@ func TestChunkBoundaries(t *testing.T) {
 	}
 	defer closeAll(ts[:])
 	ts[1].shift = 0 // rank 1 sends single-checksum frames
-	for _, n := range []int{0, 1, 4095, 4096, 4097, 3 * 4096, 3*4096 + 1, 1<<20 + 5} {
-		exchange(t, ts[0], ts[1], uint32(n), pattern(n, 1))
-		exchange(t, ts[1], ts[0], uint32(n), pattern(n, 2))
+	defer func() { parallelCRC = true }()
+	for _, parallelCRC = range []bool{true, false} { // checksum helper or inline
+		for _, n := range []int{0, 1, 4095, 4096, 4097, 2 * 4096, 3 * 4096, 3*4096 + 1, 1<<20 + 5} {
+			exchange(t, ts[0], ts[1], uint32(n), pattern(n, 1))
+			exchange(t, ts[1], ts[0], uint32(n), pattern(n, 2))
+		}
 	}
 }
 
@@ -155,14 +176,14 @@ func TestOptionsDefaults(t *testing.T) {
 func TestUnspecifiedHostRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := Connect(ctx, newMemStore(), uniquePrefix("unspec"), 0, 2, Options{Host: "0.0.0.0"})
+	_, err := Connect(ctx, store.NewMemory(), uniquePrefix("unspec"), 0, 2, Options{Host: "0.0.0.0"})
 	if err == nil || !strings.Contains(err.Error(), "not an address peers can dial") {
 		t.Fatalf("want refusal of 0.0.0.0, got %v", err)
 	}
 }
 
 func TestKeysUnderPrefix(t *testing.T) {
-	st := newMemStore()
+	st := &recorder{Rendezvous: store.NewMemory()}
 	ts := connectGroup(t, st, "job7/tp", 3, Options{})
 	defer closeAll(ts)
 	ctx := context.Background()
@@ -180,7 +201,10 @@ func TestKeysUnderPrefix(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, k := range st.keys() {
+	if len(st.keys) != 3 { // ranks 0 and 1 of the group, rank 0 of the sub
+		t.Errorf("keys written: %q", st.keys)
+	}
+	for _, k := range st.keys {
 		if !strings.HasPrefix(k, "job7/tp/") {
 			t.Errorf("key %q outside the prefix", k)
 		}
@@ -191,7 +215,7 @@ func TestKeysUnderPrefix(t *testing.T) {
 // writes frames on the returned raw connection.
 func rawPeer(t *testing.T, opt Options) (*Transport, *net.TCPConn) {
 	t.Helper()
-	st, prefix := newMemStore(), uniquePrefix("raw")
+	st, prefix := store.NewMemory(), uniquePrefix("raw")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type res struct {
@@ -204,7 +228,7 @@ func rawPeer(t *testing.T, opt Options) (*Transport, *net.TCPConn) {
 		ch <- res{tr, err}
 	}()
 	c, ans, err := rawHello(ctx, st, prefix, hello{version: protocolVersion, kind: kindHello,
-		group: groupHash(prefix, nil), from: 1, to: 0, size: 2})
+		group: prefixHash(prefix), from: 1, to: 0, size: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +322,11 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 	}{
 		{name: "garbage", wire: []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n....."), size: 8, want: transport.ErrCorrupt},
 		{name: "header checksum", wire: func() []byte { b := header(7, 100, 0, crc32c(p100)); b[5] ^= 1; return append(b, p100...) }(), size: 100, want: transport.ErrCorrupt},
-		{name: "reserved bytes", wire: func() []byte { b := header(7, 100, 0, crc32c(p100)); b[20] = 1; return append(resealHeader(b), p100...) }(), size: 100, want: transport.ErrCorrupt},
+		{name: "reserved bytes", wire: func() []byte {
+			b := header(7, 100, 0, crc32c(p100))
+			b[20] = 1
+			return append(resealHeader(b), p100...)
+		}(), size: 100, want: transport.ErrCorrupt},
 		{name: "chunk shift", wire: append(header(7, 100, 5, crc32c(p100)), p100...), size: 100, want: transport.ErrCorrupt},
 		{name: "payload checksum", wire: chunkedFrame(7, p100, 0, 0), size: 100, want: transport.ErrCorrupt},
 		{name: "third chunk checksum", wire: chunkedFrame(7, p10k, 12, 2), size: 10000, want: transport.ErrCorrupt},
@@ -382,7 +410,7 @@ func TestPeerKilledMidMessage(t *testing.T) {
 }
 
 func TestContextMidFrameBreaksConnection(t *testing.T) {
-	ts := connectGroup(t, newMemStore(), uniquePrefix("midframe"), 2, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("midframe"), 2, Options{})
 	defer closeAll(ts)
 	const n = 64 << 20
 	ctx, cancel := context.WithCancel(context.Background())
@@ -414,7 +442,7 @@ func TestContextMidFrameBreaksConnection(t *testing.T) {
 }
 
 func TestContextBeforeFrameKeepsConnection(t *testing.T) {
-	ts := connectGroup(t, newMemStore(), uniquePrefix("beforeframe"), 2, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("beforeframe"), 2, Options{})
 	defer closeAll(ts)
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
@@ -445,7 +473,7 @@ func TestContextBeforeFrameKeepsConnection(t *testing.T) {
 }
 
 func TestCloseUnblocksPendingSend(t *testing.T) {
-	ts := connectGroup(t, newMemStore(), uniquePrefix("closesend"), 2, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("closesend"), 2, Options{})
 	defer closeAll(ts)
 	errc := make(chan error, 1)
 	go func() { errc <- ts[0].Send(context.Background(), 1, 1, make([]byte, 64<<20)) }()
@@ -470,7 +498,7 @@ func TestCloseUnblocksPendingSend(t *testing.T) {
 func TestGroupsNeverMix(t *testing.T) {
 	// Two groups of 3 in one process, on one store, busy at once with the
 	// same tags and sizes but different payloads.
-	st := newMemStore()
+	st := store.NewMemory()
 	var groups [2][]*Transport
 	var wg sync.WaitGroup
 	for g := range groups {
@@ -527,7 +555,7 @@ func TestGroupsNeverMix(t *testing.T) {
 }
 
 func TestBadHandshakesRejected(t *testing.T) {
-	st, prefix := newMemStore(), uniquePrefix("hs")
+	st, prefix := store.NewMemory(), uniquePrefix("hs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type res struct {
@@ -561,16 +589,15 @@ func TestBadHandshakesRejected(t *testing.T) {
 	}
 	g.Close()
 
-	good := hello{version: protocolVersion, kind: kindHello, group: groupHash(prefix, nil), from: 1, to: 0, size: 2}
+	good := hello{version: protocolVersion, kind: kindHello, group: prefixHash(prefix), from: 1, to: 0, size: 2}
 	for _, tc := range []struct {
 		name   string
 		edit   func(*hello)
 		reason uint8
 	}{
 		{"version", func(h *hello) { h.version = 99 }, reasonVersion},
-		{"other group", func(h *hello) { h.group = groupHash("someone/else", nil) }, reasonGroup},
-		{"size", func(h *hello) { h.size = 3 }, reasonSize},
-		{"addressed to another rank", func(h *hello) { h.to = 1; h.from = 2; h.size = 2 }, reasonRank},
+		{"other group", func(h *hello) { h.group = prefixHash("someone/else") }, reasonGroup},
+		{"addressed to another rank", func(h *hello) { h.to = 1; h.from = 2 }, reasonRank},
 		{"from itself", func(h *hello) { h.from = 0 }, reasonRank},
 		{"from a lower rank", func(h *hello) { h.from = 0; h.to = 0 }, reasonRank},
 		{"rank out of range", func(h *hello) { h.from = 7 }, reasonRank},
@@ -621,7 +648,7 @@ func TestBadHandshakesRejected(t *testing.T) {
 }
 
 func TestDuplicateRankRejected(t *testing.T) {
-	st, prefix := newMemStore(), uniquePrefix("dup")
+	st, prefix := store.NewMemory(), uniquePrefix("dup")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -632,7 +659,7 @@ func TestDuplicateRankRejected(t *testing.T) {
 		}
 		errc <- err
 	}()
-	h := hello{version: protocolVersion, kind: kindHello, group: groupHash(prefix, nil), from: 2, to: 0, size: 3}
+	h := hello{version: protocolVersion, kind: kindHello, group: prefixHash(prefix), from: 2, to: 0, size: 3}
 	c1, ans, err := rawHello(ctx, st, prefix, h)
 	if err != nil || ans.kind != kindAccept {
 		t.Fatalf("first: %+v %v", ans, err)
@@ -659,7 +686,7 @@ func TestDuplicateRankRejected(t *testing.T) {
 
 func TestDialerSeesRejection(t *testing.T) {
 	// A fake rank 0 that rejects for a size mismatch: rank 1 fails at once.
-	st, prefix := newMemStore(), uniquePrefix("dialreject")
+	st, prefix := store.NewMemory(), uniquePrefix("dialreject")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -711,7 +738,7 @@ func TestDialerSeesRejection(t *testing.T) {
 func TestConnectTimesOut(t *testing.T) {
 	for _, rank := range []int{0, 1} {
 		start := time.Now()
-		_, err := Connect(context.Background(), newMemStore(), uniquePrefix("alone"), rank, 2, Options{DialTimeout: 200 * time.Millisecond})
+		_, err := Connect(context.Background(), store.NewMemory(), uniquePrefix("alone"), rank, 2, Options{DialTimeout: 200 * time.Millisecond})
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "DialTimeout") {
 			t.Fatalf("rank %d: want DialTimeout, got %v", rank, err)
 		}
@@ -722,32 +749,36 @@ func TestConnectTimesOut(t *testing.T) {
 }
 
 func TestSizeMismatchBetweenRanks(t *testing.T) {
-	st, prefix := newMemStore(), uniquePrefix("sizes")
+	st, prefix := store.NewMemory(), uniquePrefix("sizes")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := Connect(context.Background(), st, prefix, 0, 2, Options{DialTimeout: 500 * time.Millisecond})
+		_, err := Connect(context.Background(), st, prefix, 0, 2, Options{DialTimeout: 5 * time.Second})
 		errc <- err
 	}()
+	start := time.Now()
 	_, err := Connect(context.Background(), st, prefix, 1, 3, Options{DialTimeout: 5 * time.Second})
 	if err == nil || !strings.Contains(err.Error(), "size mismatch") {
 		t.Fatalf("rank 1: %v", err)
 	}
-	if err := <-errc; err == nil {
-		t.Fatal("rank 0 connected to a rank of another group size")
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "size mismatch") {
+		t.Fatalf("rank 0: want size mismatch, got %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("disagreement took %v to report", d)
 	}
 }
 
 func TestInvalidArguments(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct{ rank, size int }{{0, 0}, {-1, 2}, {2, 2}} {
-		if _, err := Connect(ctx, newMemStore(), "x", c.rank, c.size, Options{}); err == nil {
+		if _, err := Connect(ctx, store.NewMemory(), "x", c.rank, c.size, Options{}); err == nil {
 			t.Errorf("Connect(rank %d, size %d) succeeded", c.rank, c.size)
 		}
 	}
 	if _, err := Connect(ctx, nil, "x", 0, 1, Options{}); err == nil {
 		t.Error("nil store accepted")
 	}
-	one, err := Connect(ctx, newMemStore(), "x", 0, 1, Options{})
+	one, err := Connect(ctx, store.NewMemory(), "x", 0, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +801,7 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestSub(t *testing.T) {
-	ts := connectGroup(t, newMemStore(), uniquePrefix("sub"), 3, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("sub"), 3, Options{})
 	defer closeAll(ts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -837,23 +868,47 @@ func TestSub(t *testing.T) {
 }
 
 func TestSubMembersMustAgree(t *testing.T) {
-	ts := connectGroup(t, newMemStore(), uniquePrefix("subagree"), 3, Options{})
+	// Ranks 0 and 2 disagree on the order of the list: 2 dials 0 as sub-rank
+	// 1, which 0 expects to be parent rank 1. Both learn it at once; rank 1,
+	// left waiting for a sub-rank 2 that never dials, only through its
+	// context.
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("subagree"), 3, Options{})
 	defer closeAll(ts)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() { _, err := ts[0].Sub(ctx, 1, []int{0, 1}); errc <- err }()
-	go func() { _, err := ts[1].Sub(ctx, 1, []int{0, 2}); errc <- err }() // disagrees
-	for range 2 {
-		if err := <-errc; err == nil {
-			t.Fatal("members with different lists connected")
+	start := time.Now()
+	errc := make(chan error, 3)
+	for r, ranks := range [][]int{{0, 1, 2}, {0, 1, 2}, {0, 2, 1}} {
+		go func() {
+			d := 5 * time.Second
+			if r == 1 {
+				d = 300 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			s, err := ts[r].Sub(ctx, 1, ranks)
+			if err == nil {
+				s.Close()
+				err = fmt.Errorf("rank %d connected", r)
+			} else if r != 1 && !strings.Contains(err.Error(), "member list mismatch") {
+				err = fmt.Errorf("rank %d: want a member-list mismatch, got %w", r, err)
+			} else {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Error(err)
 		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("disagreement took %v to report", d)
 	}
 }
 
 func TestNoGoroutineLeakAfterClose(t *testing.T) {
 	before := runtime.NumGoroutine()
-	ts := connectGroup(t, newMemStore(), uniquePrefix("leak"), 4, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("leak"), 4, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -884,7 +939,7 @@ func TestSendRecvDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	ts := connectGroup(t, newMemStore(), uniquePrefix("alloc"), 2, Options{})
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("alloc"), 2, Options{})
 	defer closeAll(ts)
 	ctx := context.Background()
 	for _, n := range []int{64, 3 << 20} {

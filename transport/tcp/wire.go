@@ -98,7 +98,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	return h, nil
 }
 
-// Handshake message, 32 bytes, little-endian. The dialer (higher rank) sends
+// Handshake message, 40 bytes, little-endian. The dialer (higher rank) sends
 // a hello; the acceptor answers with accept or reject, or closes the
 // connection without answering when the hello is not a detcoll hello.
 //
@@ -107,13 +107,14 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 //	  4   2 protocol version
 //	  6   1 kind: 1 hello, 2 accept, 3 reject
 //	  7   1 reject reason (0 otherwise)
-//	  8   8 group hash: FNV-1a 64 of the key prefix (and, for sub-groups, the member list)
-//	 16   4 sender's rank
-//	 20   4 receiver's rank
-//	 24   4 group size
-//	 28   4 CRC-32C of bytes 0…27
+//	  8   8 group: FNV-1a 64 of the key prefix
+//	 16   8 members: FNV-1a 64 of a sub-group's parent-rank list (0 for a top-level group)
+//	 24   4 sender's rank
+//	 28   4 receiver's rank
+//	 32   4 group size
+//	 36   4 CRC-32C of bytes 0…35
 const (
-	helloLen        = 32
+	helloLen        = 40
 	helloMagic      = "dcH1"
 	protocolVersion = 1
 )
@@ -129,6 +130,7 @@ const (
 	reasonNone = iota
 	reasonVersion
 	reasonGroup
+	reasonMembers
 	reasonSize
 	reasonRank
 	reasonDuplicate
@@ -139,7 +141,9 @@ func reasonString(r uint8) string {
 	case reasonVersion:
 		return "protocol version mismatch"
 	case reasonGroup:
-		return "group mismatch (another key prefix or sub-group member list)"
+		return "group mismatch (another key prefix: a stale or mis-addressed connection)"
+	case reasonMembers:
+		return "sub-group member list mismatch"
 	case reasonSize:
 		return "group size mismatch"
 	case reasonRank:
@@ -155,6 +159,7 @@ type hello struct {
 	kind    uint8
 	reason  uint8
 	group   uint64
+	members uint64
 	from    uint32
 	to      uint32
 	size    uint32
@@ -173,10 +178,11 @@ func encodeHello(b *[helloLen]byte, h hello) {
 	b[6] = h.kind
 	b[7] = h.reason
 	binary.LittleEndian.PutUint64(b[8:16], h.group)
-	binary.LittleEndian.PutUint32(b[16:20], h.from)
-	binary.LittleEndian.PutUint32(b[20:24], h.to)
-	binary.LittleEndian.PutUint32(b[24:28], h.size)
-	binary.LittleEndian.PutUint32(b[28:32], crc32c(b[0:28]))
+	binary.LittleEndian.PutUint64(b[16:24], h.members)
+	binary.LittleEndian.PutUint32(b[24:28], h.from)
+	binary.LittleEndian.PutUint32(b[28:32], h.to)
+	binary.LittleEndian.PutUint32(b[32:36], h.size)
+	binary.LittleEndian.PutUint32(b[36:40], crc32c(b[0:36]))
 }
 
 // decodeHello parses a handshake message; it checks framing (magic, checksum,
@@ -189,7 +195,7 @@ func decodeHello(b []byte) (hello, error) {
 	if string(b[0:4]) != helloMagic {
 		return hello{}, errHelloMagic
 	}
-	if crc32c(b[0:28]) != binary.LittleEndian.Uint32(b[28:32]) {
+	if crc32c(b[0:36]) != binary.LittleEndian.Uint32(b[36:40]) {
 		return hello{}, errHelloCRC
 	}
 	h := hello{
@@ -197,9 +203,10 @@ func decodeHello(b []byte) (hello, error) {
 		kind:    b[6],
 		reason:  b[7],
 		group:   binary.LittleEndian.Uint64(b[8:16]),
-		from:    binary.LittleEndian.Uint32(b[16:20]),
-		to:      binary.LittleEndian.Uint32(b[20:24]),
-		size:    binary.LittleEndian.Uint32(b[24:28]),
+		members: binary.LittleEndian.Uint64(b[16:24]),
+		from:    binary.LittleEndian.Uint32(b[24:28]),
+		to:      binary.LittleEndian.Uint32(b[28:32]),
+		size:    binary.LittleEndian.Uint32(b[32:36]),
 	}
 	if h.kind < kindHello || h.kind > kindReject {
 		return hello{}, fmt.Errorf("%w %d", errHelloKind, h.kind)
@@ -207,19 +214,24 @@ func decodeHello(b []byte) (hello, error) {
 	return h, nil
 }
 
-// groupHash identifies a group in the handshake: the key prefix plus, for a
-// sub-group, its parent-rank member list, so members that disagree on the
-// list never connect.
-func groupHash(prefix string, members []int) uint64 {
+// prefixHash identifies a group in the handshake by its key prefix.
+func prefixHash(prefix string) uint64 {
 	f := fnv.New64a()
 	f.Write([]byte(prefix))
-	if members != nil {
-		var b [8]byte
-		f.Write([]byte{0})
-		for _, m := range members {
-			binary.LittleEndian.PutUint64(b[:], uint64(m))
-			f.Write(b[:])
-		}
-	}
 	return f.Sum64()
+}
+
+// membersHash identifies a sub-group's parent-rank list, so members that
+// disagree on it never connect; 0 for a top-level group (nil list).
+func membersHash(members []int) uint64 {
+	if members == nil {
+		return 0
+	}
+	f := fnv.New64a()
+	var b [8]byte
+	for _, m := range members {
+		binary.LittleEndian.PutUint64(b[:], uint64(m))
+		f.Write(b[:])
+	}
+	return f.Sum64() | 1 // never 0
 }
