@@ -139,6 +139,23 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("recv took %v after its deadline", d)
 		}
 	})
+	t.Run("ContextErrorBeforeMessageKeepsTransport", func(t *testing.T) {
+		ts := f(t, 2)
+		defer closeAll(ts)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := ts[1].Recv(ctx, 0, 3, make([]byte, 4)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("want DeadlineExceeded, got %v", err)
+		}
+		// Nothing had moved: the pair still works.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel2()
+		go ts[0].Send(ctx2, 1, 3, []byte{1, 2, 3, 4})
+		got := make([]byte, 4)
+		if err := ts[1].Recv(ctx2, 0, 3, got); err != nil || !bytes.Equal(got, []byte{1, 2, 3, 4}) {
+			t.Fatalf("after a context error before any message: %v %v", got, err)
+		}
+	})
 	t.Run("CloseUnblocksOwnRecv", func(t *testing.T) {
 		ts := f(t, 2)
 		defer closeAll(ts)
@@ -148,8 +165,8 @@ func Run(t *testing.T, f Factory) {
 		ts[1].Close()
 		select {
 		case err := <-errc:
-			if err == nil {
-				t.Fatal("recv on a closed transport succeeded")
+			if !errors.Is(err, transport.ErrClosed) {
+				t.Fatalf("recv on a closed transport: want ErrClosed, got %v", err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Close did not unblock Recv")
