@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +24,11 @@ type exitError struct {
 func (e exitError) Error() string { return e.err.Error() }
 func (e exitError) Unwrap() error { return e.err }
 func (e exitError) ExitCode() int { return e.code }
+
+type reportError struct{ we *launch.WorkerError }
+
+func (e reportError) Error() string { return e.we.Report() }
+func (e reportError) Unwrap() error { return e.we }
 
 func launchCmd() *cobra.Command {
 	cfg, cfgErr := launch.ConfigFromEnv(os.Getenv)
@@ -51,6 +57,11 @@ also reads an environment variable (shown in its help).`,
 			cfg.Signals = sig
 			err := launch.Run(context.Background(), cfg)
 			if err != nil {
+				var we *launch.WorkerError
+				if errors.As(err, &we) {
+					// The root cause with the failing rank's last lines.
+					return exitError{reportError{we}, launch.ExitCode(err)}
+				}
 				return exitError{err, launch.ExitCode(err)}
 			}
 			return nil
