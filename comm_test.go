@@ -16,6 +16,8 @@ import (
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/reduce"
+	"github.com/detcoll/detcoll/transport"
+	"github.com/detcoll/detcoll/transport/inproc"
 )
 
 // each runs fn on every rank concurrently and returns the per-rank errors.
@@ -583,6 +585,34 @@ func TestSignatureCacheBounded(t *testing.T) {
 		}
 		if s := c.Stats(); s.SignatureExchanges != int64(maxCachedSignatures+10) {
 			t.Fatalf("exchanges %d", s.SignatureExchanges)
+		}
+	}
+}
+
+type badTransport struct{ transport.Transport }
+
+func (b badTransport) Rank() int { return 7 }
+
+func TestRankOutOfRange(t *testing.T) {
+	ts, _ := inproc.New(2)
+	if _, err := New(badTransport{ts[0]}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("rank 7 of 2: %v", err)
+	}
+}
+
+func TestDTypeMismatchAcrossRanks(t *testing.T) {
+	comms := newComms(t, 2, WithTimeout(2*time.Second))
+	errs := each(comms, func(c *Comm) error {
+		b := make([]byte, 16)
+		dt := FP32
+		if c.Rank() == 1 {
+			dt = BF16 // same bytes, different dtype: 8 elements instead of 4
+		}
+		return c.AllReduce(context.Background(), b, b, dt)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "dtype=") {
+			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
 }
