@@ -191,42 +191,14 @@ func (w *worker) block32(t task, lo, hi int) {
 	sz := t.dt.Size()
 	nin := len(t.inputs)
 	cur := w.cur[:nin]
-	// Level 0: float32 views of every input's block.
-	for r, in := range t.inputs {
-		b := in[lo*sz : hi*sz]
-		st := w.stage[r][:n]
-		switch t.dt {
-		case dtype.FP32:
-			if aligned(b, 4) {
-				cur[r] = f32s(b)
-				continue
-			}
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st))), n*4), b)
-		case dtype.BF16:
-			if aligned(b, 2) {
-				for k, h := range u16s(b) {
-					st[k] = math.Float32frombits(uint32(h) << 16)
-				}
-			} else {
-				for k := range st {
-					st[k] = math.Float32frombits(uint32(b[2*k])<<16 | uint32(b[2*k+1])<<24)
-				}
-			}
-		case dtype.FP16:
-			if aligned(b, 2) {
-				for k, h := range u16s(b) {
-					st[k] = dtype.FP16ToFloat32(h)
-				}
-			} else {
-				for k := range st {
-					st[k] = dtype.FP16ToFloat32(uint16(b[2*k]) | uint16(b[2*k+1])<<8)
-				}
-			}
-		}
-		cur[r] = st
-	}
 	round := t.acc == Native && t.dt != dtype.FP32
-	for _, l := range t.levels {
+	levels := t.levels
+	if t.dt == dtype.BF16 && len(levels) > 0 && w.firstLevelBF16(t, lo, hi, round) {
+		levels = levels[1:]
+	} else {
+		w.widen(t, lo, hi)
+	}
+	for _, l := range levels {
 		for _, p := range l.Pairs {
 			d := w.scratch[p.Dst][:n]
 			a, b := cur[p.Left][:n], cur[p.Right][:n]
@@ -375,5 +347,95 @@ func addRoundFP16(d, a, b []float32) {
 			continue
 		}
 		d[k] = dtype.RoundFP16(s)
+	}
+}
+
+// widen makes cur[r] a float32 view of every input's block [lo, hi).
+func (w *worker) widen(t task, lo, hi int) {
+	n := hi - lo
+	sz := t.dt.Size()
+	cur := w.cur[:len(t.inputs)]
+	for r, in := range t.inputs {
+		b := in[lo*sz : hi*sz]
+		st := w.stage[r][:n]
+		switch t.dt {
+		case dtype.FP32:
+			if aligned(b, 4) {
+				cur[r] = f32s(b)
+				continue
+			}
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st))), n*4), b)
+		case dtype.BF16:
+			if aligned(b, 2) {
+				for k, h := range u16s(b) {
+					st[k] = math.Float32frombits(uint32(h) << 16)
+				}
+			} else {
+				for k := range st {
+					st[k] = math.Float32frombits(uint32(b[2*k])<<16 | uint32(b[2*k+1])<<24)
+				}
+			}
+		case dtype.FP16:
+			if aligned(b, 2) {
+				for k, h := range u16s(b) {
+					st[k] = dtype.FP16ToFloat32(h)
+				}
+			} else {
+				for k := range st {
+					st[k] = dtype.FP16ToFloat32(uint16(b[2*k]) | uint16(b[2*k+1])<<8)
+				}
+			}
+		}
+		cur[r] = st
+	}
+}
+
+// firstLevelBF16 evaluates the first tree level straight from aligned bf16
+// inputs (widening inside the addition saves a pass over the data), widening
+// only a carried odd input. It reports false, doing nothing, when an input is
+// misaligned.
+func (w *worker) firstLevelBF16(t task, lo, hi int, round bool) bool {
+	for _, in := range t.inputs {
+		if !aligned(in[lo*2:hi*2], 2) {
+			return false
+		}
+	}
+	n := hi - lo
+	cur := w.cur[:len(t.inputs)]
+	l := t.levels[0]
+	for _, p := range l.Pairs {
+		d := w.scratch[p.Dst][:n]
+		a, b := u16s(t.inputs[p.Left][lo*2:hi*2]), u16s(t.inputs[p.Right][lo*2:hi*2])
+		if round {
+			addRoundBF16u(d, a, b)
+		} else {
+			for k := range d {
+				d[k] = math.Float32frombits(uint32(a[k])<<16) + math.Float32frombits(uint32(b[k])<<16)
+			}
+		}
+		cur[p.Dst] = d
+	}
+	if l.Carry >= 0 {
+		st := w.stage[l.Carry][:n]
+		for k, h := range u16s(t.inputs[l.Carry][lo*2 : hi*2]) {
+			st[k] = math.Float32frombits(uint32(h) << 16)
+		}
+		cur[l.CarryDst] = st
+	}
+	return true
+}
+
+// addRoundBF16u is addRoundBF16 on bf16 bit patterns.
+func addRoundBF16u(d []float32, a, b []uint16) {
+	a = a[:len(d)]
+	b = b[:len(d)]
+	for k := range d {
+		u := math.Float32bits(math.Float32frombits(uint32(a[k])<<16) + math.Float32frombits(uint32(b[k])<<16))
+		if u&0x7FFFFFFF > 0x7F800000 {
+			d[k] = math.Float32frombits(u)
+			continue
+		}
+		u += 0x7FFF + (u>>16)&1
+		d[k] = math.Float32frombits(u &^ 0xFFFF)
 	}
 }
