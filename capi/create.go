@@ -1,0 +1,320 @@
+//go:build cgo
+
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/cluster"
+	"github.com/detcoll/detcoll/launch"
+	"github.com/detcoll/detcoll/store"
+	"github.com/detcoll/detcoll/transport/tcp"
+)
+
+// Environment variables read by communicator creation (besides the
+// launcher's, read by package launch, and DETCOLL_TCP_HOST).
+const (
+	envTimeout     = "DETCOLL_TIMEOUT"
+	envInitTimeout = "DETCOLL_INIT_TIMEOUT"
+	envAccumulate  = "DETCOLL_ACCUMULATE"
+)
+
+const defaultInitTimeout = 5 * time.Minute
+
+// durationEnv reads a positive Go duration.
+func durationEnv(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, usageError("%s=%q is not a positive Go duration (like 90s or 5m)", name, v)
+	}
+	return d, nil
+}
+
+// commOptions are the communicator options the environment asks for.
+func commOptions(getenv func(string) string) ([]detcoll.CommOption, error) {
+	var opts []detcoll.CommOption
+	if getenv(envTimeout) != "" {
+		d, err := durationEnv(getenv, envTimeout, 0)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, detcoll.WithTimeout(d))
+	}
+	if v := getenv(envAccumulate); v != "" {
+		var acc detcoll.Accumulate
+		switch v {
+		case "native":
+			acc = detcoll.AccumulateNative
+		case "f32", "fp32":
+			acc = detcoll.AccumulateF32
+		default:
+			return nil, usageError("%s=%q: want native or f32", envAccumulate, v)
+		}
+		opts = append(opts, detcoll.WithDefaultAccumulate(acc))
+	}
+	return opts, nil
+}
+
+// initContext bounds a communicator's creation by DETCOLL_INIT_TIMEOUT.
+func initContext(getenv func(string) string) (context.Context, context.CancelFunc, time.Duration, error) {
+	d, err := durationEnv(getenv, envInitTimeout, defaultInitTimeout)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return ctx, cancel, d, nil
+}
+
+// ---- unique ids -------------------------------------------------------
+
+const (
+	uidMagic      = "DCID"
+	uidVersion    = 1
+	uidHeader     = 40 // magic, version, addr length, 2 zero bytes, token, key
+	uidMaxAddrLen = uniqueIDBytes - uidHeader
+)
+
+type uniqueID struct {
+	token [16]byte
+	key   [16]byte
+	addr  string
+}
+
+func (u uniqueID) encode() (b [uniqueIDBytes]byte) {
+	copy(b[0:4], uidMagic)
+	b[4] = uidVersion
+	b[5] = byte(len(u.addr))
+	copy(b[8:24], u.token[:])
+	copy(b[24:40], u.key[:])
+	copy(b[uidHeader:], u.addr)
+	return b
+}
+
+func decodeUniqueID(b [uniqueIDBytes]byte) (uniqueID, error) {
+	var u uniqueID
+	if string(b[0:4]) != uidMagic {
+		return u, argError("commId is not a detcoll unique id (no DCID magic): make it with detcollGetUniqueId")
+	}
+	if b[4] != uidVersion {
+		return u, argError("commId has version %d; this library reads version %d", b[4], uidVersion)
+	}
+	n := int(b[5])
+	if n == 0 || n > uidMaxAddrLen {
+		return u, argError("commId is corrupt (address length %d)", n)
+	}
+	copy(u.token[:], b[8:24])
+	copy(u.key[:], b[24:40])
+	u.addr = string(b[uidHeader : uidHeader+n])
+	if _, _, err := net.SplitHostPort(u.addr); err != nil {
+		return u, argError("commId is corrupt (address %q)", u.addr)
+	}
+	return u, nil
+}
+
+// uidStore is the process's rendezvous store for unique ids.
+var uidStore struct {
+	sync.Mutex
+	srv   *store.Server
+	token [16]byte
+	addr  string
+}
+
+// getUniqueID makes a unique id, starting the process's store on first use.
+func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
+	uidStore.Lock()
+	defer uidStore.Unlock()
+	if uidStore.srv == nil {
+		var tok [16]byte
+		rand.Read(tok[:])
+		host := getenv(tcp.EnvHost)
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		srv, err := store.Listen(net.JoinHostPort(host, "0"), hex.EncodeToString(tok[:]))
+		if err != nil {
+			return [uniqueIDBytes]byte{}, fmt.Errorf("serving the rendezvous store on %s (%s): %w", host, tcp.EnvHost, err)
+		}
+		_, port, err := net.SplitHostPort(srv.Addr())
+		if err != nil {
+			srv.Close()
+			return [uniqueIDBytes]byte{}, err
+		}
+		addr := net.JoinHostPort(host, port)
+		if len(addr) > uidMaxAddrLen {
+			srv.Close()
+			return [uniqueIDBytes]byte{}, usageError("store address %q is longer than the %d bytes a unique id holds (shorten %s)", addr, uidMaxAddrLen, tcp.EnvHost)
+		}
+		uidStore.srv, uidStore.token, uidStore.addr = srv, tok, addr
+	}
+	u := uniqueID{token: uidStore.token, addr: uidStore.addr}
+	rand.Read(u.key[:])
+	return u.encode(), nil
+}
+
+// initRank is detcollCommInitRank.
+func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, release func(bool) error, err error) {
+	if nranks < 1 {
+		return nil, nil, argError("nranks %d is not positive", nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, nil, argError("rank %d is not in [0, %d)", rank, nranks)
+	}
+	u, err := decodeUniqueID(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := commOptions(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := store.Dial(ctx, u.addr, hex.EncodeToString(u.token[:]))
+	if err != nil {
+		return nil, nil, fmt.Errorf("rank %d reaching the rendezvous store of the unique id at %s (is the process that made the id alive?): %w", rank, u.addr, err)
+	}
+	prefix := "detcoll/uid/" + hex.EncodeToString(u.key[:])
+	failedKey := prefix + "/failed"
+	defer func() {
+		if err != nil {
+			// Tell the other ranks, so they stop waiting for this one.
+			var ce *codedError
+			if !errors.As(err, &ce) || ce.code != rcRemoteError {
+				pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				cl.Set(pctx, failedKey, []byte(fmt.Sprintf("rank %d: %v", rank, err)))
+				cancel()
+			}
+			cl.Close()
+		}
+	}()
+	n := []byte(strconv.Itoa(nranks))
+	got, err := cl.CompareSet(ctx, prefix+"/nranks", nil, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	if string(got) != string(n) {
+		return nil, nil, usageError("rank %d was given nranks=%d, but a rank that joined earlier was given nranks=%s", rank, nranks, got)
+	}
+	if k, err := cl.Add(ctx, prefix+"/rank/"+strconv.Itoa(rank), 1); err != nil {
+		return nil, nil, err
+	} else if k != 1 {
+		return nil, nil, usageError("rank %d joined twice: two callers of detcollCommInitRank passed the same id and rank", rank)
+	}
+	// Stop waiting if another rank fails to join.
+	cctx, cancel := context.WithCancel(ctx)
+	var peerFailure []byte
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if v, err := cl.Get(cctx, failedKey); err == nil {
+			peerFailure = v
+			cancel()
+		}
+	}()
+	dl, _ := ctx.Deadline()
+	t, err := tcp.Connect(cctx, cl, prefix, rank, nranks, tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: time.Until(dl)})
+	cancel()
+	<-watched
+	if peerFailure != nil {
+		if t != nil {
+			t.Close()
+		}
+		return nil, nil, coded(rcRemoteError, "another rank failed to join: %s", peerFailure)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err = detcoll.New(t, opts...)
+	if err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	return c, func(bool) error { return cl.Close() }, nil
+}
+
+// ---- communicators from the launcher's environment ----------------------
+
+// envJob is the process's place in the launched job, shared by every
+// communicator that detcollCommInitFromEnv makes.
+var envJob struct {
+	sync.Mutex
+	job      *cluster.Job
+	refs     int  // live communicators over job
+	seq      int  // communicators made so far (names their store prefix)
+	released bool // the job's store was released; joining again is refused
+}
+
+// initFromEnv is detcollCommInitFromEnv.
+func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout time.Duration) (*detcoll.Comm, func(bool) error, error) {
+	envJob.Lock()
+	defer envJob.Unlock()
+	if envJob.released {
+		return nil, nil, usageError("this process already left its job (its last environment communicator was destroyed); " +
+			"a process joins a job once: keep one communicator alive, or use detcollGetUniqueId and detcollCommInitRank")
+	}
+	opts, err := commOptions(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	prefix := "detcoll/world"
+	if envJob.seq > 0 {
+		prefix = fmt.Sprintf("detcoll/world/%d", envJob.seq)
+	}
+	var c *detcoll.Comm
+	if envJob.job == nil {
+		job, err := cluster.Init(ctx, cluster.Options{Getenv: getenv, CommOptions: opts, Prefix: prefix})
+		if err != nil {
+			return nil, nil, err
+		}
+		envJob.job, c = job, job.Comm
+	} else {
+		env := envJob.job.Env
+		t, err := tcp.Connect(ctx, envJob.job.Store, prefix, env.Rank, env.WorldSize,
+			tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: initTimeout})
+		if err != nil {
+			return nil, nil, fmt.Errorf("rank %d of %d connecting: %w", env.Rank, env.WorldSize, err)
+		}
+		if c, err = detcoll.New(t, opts...); err != nil {
+			t.Close()
+			return nil, nil, err
+		}
+	}
+	envJob.seq++
+	envJob.refs++
+	var once sync.Once
+	release := func(abort bool) (err error) {
+		once.Do(func() {
+			envJob.Lock()
+			defer envJob.Unlock()
+			envJob.refs--
+			if envJob.refs > 0 {
+				return
+			}
+			job := envJob.job
+			envJob.job = nil
+			// A job whose store the detcoll launcher serves can be joined
+			// again (its keys outlive us and prefixes keep counting), as can
+			// a world of one; a job whose store rank 0 serves cannot (the
+			// other ranks may still be dialing the old store).
+			envJob.released = job.Env.Source != launch.SourceDetcoll && job.Env.Source != launch.SourceSingle
+			if abort {
+				go job.Close() // rank 0 may wait for the others: do not block an abort
+				return
+			}
+			err = job.Close()
+		})
+		return err
+	}
+	return c, release, nil
+}
