@@ -3,9 +3,11 @@ package detcoll
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"time"
 
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/tree"
@@ -311,7 +313,10 @@ func (c *Comm) forPeers(ctx context.Context, fn func(ctx context.Context, p int,
 			started++
 			go func(p int, send bool) {
 				err := fn(ctx, p, send)
-				if err != nil {
+				switch {
+				case errors.Is(err, transport.ErrTagMismatch):
+					time.AfterFunc(mismatchGrace, cancel) // as in exchange
+				case err != nil:
 					cancel()
 				}
 				errc <- err
@@ -320,7 +325,7 @@ func (c *Comm) forPeers(ctx context.Context, fn func(ctx context.Context, p int,
 	}
 	var first error
 	for i := 0; i < started; i++ {
-		if err := <-errc; err != nil && first == nil {
+		if err := <-errc; err != nil && (first == nil || errors.Is(err, transport.ErrTagMismatch) && !errors.Is(first, transport.ErrTagMismatch)) {
 			first = err
 		}
 	}

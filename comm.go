@@ -221,7 +221,11 @@ func (c *Comm) fail(op string, err error) error {
 	if c.poison == nil {
 		c.poison = e
 	}
-	c.t.Close()
+	if errors.Is(err, ErrMismatch) && !c.closed {
+		time.AfterFunc(mismatchGrace, func() { c.t.Close() })
+	} else {
+		c.t.Close()
+	}
 	return e
 }
 
@@ -276,11 +280,25 @@ func (c *Comm) exchange(ctx context.Context, tg uint32, sendBuf, recvBuf func(p 
 	defer cancel()
 	var (
 		wg    sync.WaitGroup
-		once  sync.Once
+		mu    sync.Mutex
 		first error
 	)
 	report := func(err error) {
-		once.Do(func() { first = err; cancel() })
+		mu.Lock()
+		defer mu.Unlock()
+		// A tag mismatch says what went wrong; the errors it causes on the
+		// other pairs (cancelled, peer closed) do not.
+		mism := errors.Is(err, transport.ErrTagMismatch)
+		if first == nil || (mism && !errors.Is(first, transport.ErrTagMismatch)) {
+			first = err
+		}
+		if mism {
+			// Let the other pairs finish for a moment, so the peers read
+			// this rank's messages and see the mismatch themselves.
+			time.AfterFunc(mismatchGrace, cancel)
+			return
+		}
+		cancel()
 	}
 	for p := 0; p < c.size; p++ {
 		if p == c.rank {
@@ -415,7 +433,7 @@ func (c *Comm) validate(ctx context.Context, s signature) (uint32, error) {
 		err := c.allGatherBlocks(ctx, tag(phaseSig, 0), mine[:], func(p int) []byte { return all[p*sigBytes : (p+1)*sigBytes] })
 		if err != nil {
 			if errors.Is(err, transport.ErrTagMismatch) {
-				err = fmt.Errorf("%w: a peer is in another collective while this rank validates %v: %w", ErrMismatch, s, err)
+				err = c.mismatch(err, s)
 			}
 			return 0, err
 		}
@@ -437,6 +455,43 @@ func (c *Comm) validate(ctx context.Context, s signature) (uint32, error) {
 	c.sigs[s] = th
 	return th, nil
 }
+
+// mismatch turns a tag mismatch into an ErrMismatch that names what this
+// rank called and, as far as the tag tells, what the peer called: a new
+// collective it is validating, or one both have validated before (found by
+// its signature hash in this rank's cache).
+func (c *Comm) mismatch(err error, s signature) error {
+	peer := -1
+	var tr *transport.Error
+	if errors.As(err, &tr) {
+		peer = tr.Peer
+	}
+	what := "another collective"
+	var te *transport.TagError
+	if errors.As(err, &te) {
+		peerTag := te.Got // the receiver's view: the peer's message carried Got
+		if tr != nil && tr.Op == "send" {
+			peerTag = te.Want // the peer received our message and wanted Want
+		}
+		switch {
+		case peerTag>>24 == phaseSig:
+			what = "a collective it had not called before (its signature is being validated)"
+		default:
+			for ps, h := range c.sigs {
+				if h&0xFFFFFF == peerTag&0xFFFFFF {
+					what = ps.String()
+					break
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%w: rank %d called %v but rank %d called %s: %w", ErrMismatch, c.rank, s, peer, what, err)
+}
+
+// mismatchGrace is how long a rank that found a mismatch keeps its
+// transport open, so that its peers read the offending message themselves
+// and report the mismatch too, rather than only a closed connection.
+const mismatchGrace = 250 * time.Millisecond
 
 // run is the frame of every collective: lock, state checks, argument checks
 // (check, which must not move data), signature validation, the data phase,
@@ -462,7 +517,7 @@ func (c *Comm) run(ctx context.Context, op string, check func() (signature, erro
 	}
 	if err := body(ctx, th); err != nil {
 		if errors.Is(err, transport.ErrTagMismatch) {
-			err = fmt.Errorf("%w: a peer is in another collective while this rank runs %v: %w", ErrMismatch, s, err)
+			err = c.mismatch(err, s)
 		}
 		return c.fail(op, err)
 	}

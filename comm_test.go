@@ -461,9 +461,14 @@ func TestMismatchAfterValidation(t *testing.T) {
 		return c.AllReduce(context.Background(), b, b, FP32)
 	})
 	for r, err := range errs {
-		if err == nil {
-			t.Fatalf("rank %d: mismatched collective succeeded", r)
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank %d: want ErrMismatch, got %v", r, err)
 		}
+		t.Logf("rank %d: %v", r, err)
+	}
+	if !strings.Contains(errs[0].Error(), "rank 1 called a collective it had not called before") ||
+		!strings.Contains(errs[1].Error(), "called AllReduce(count=16") {
+		t.Fatalf("errors do not say what the peers called:\n%v\n%v", errs[0], errs[1])
 	}
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("mismatch took %v to surface", d)

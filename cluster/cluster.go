@@ -66,7 +66,11 @@ func Init(ctx context.Context, opt Options) (*Job, error) {
 	if prefix == "" {
 		prefix = "detcoll/world"
 	}
-	t, err := tcp.Connect(ctx, st, prefix, env.Rank, env.WorldSize, tcp.Options{Host: getenv("DETCOLL_TCP_HOST")})
+	topt := tcp.Options{Host: getenv("DETCOLL_TCP_HOST")}
+	if dl, ok := ctx.Deadline(); ok {
+		topt.DialTimeout = time.Until(dl) // ctx bounds the whole rendezvous, not tcp's default
+	}
+	t, err := tcp.Connect(ctx, st, prefix, env.Rank, env.WorldSize, topt)
 	if err != nil {
 		closer()
 		return nil, fmt.Errorf("cluster: rank %d of %d connecting: %w", env.Rank, env.WorldSize, err)

@@ -100,6 +100,24 @@ func helper(mode string) int {
 		}
 		fmt.Println("ERR", err)
 		return 0
+	case "mismatch-cached":
+		// All validate one AllReduce; then rank 1 diverges while the others
+		// run the validated one again.
+		b := make([]byte, 64)
+		if err := c.AllReduce(ctx, b, b, detcoll.FP32); err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
+		if rank == 1 {
+			err = c.AllGather(ctx, make([]byte, 16), make([]byte, 16*w), detcoll.FP32)
+		} else {
+			err = c.AllReduce(ctx, b, b, detcoll.FP32)
+		}
+		fmt.Println("ERR", err)
+		if errors.Is(err, detcoll.ErrMismatch) {
+			return 0
+		}
+		return 1
 	case "mismatch":
 		var err error
 		if rank == 1 {
@@ -190,6 +208,16 @@ func TestKilledRankFailsEveryOther(t *testing.T) {
 // Mismatched collectives in different processes: an error on every rank.
 func TestMismatchAcrossProcesses(t *testing.T) {
 	for r, res := range spawn(t, "mismatch", 3) {
+		if res.code != 0 {
+			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
+		}
+	}
+}
+
+// The same when some ranks run an already validated collective: the tags
+// tell them apart, and every rank still reports ErrMismatch.
+func TestMismatchAfterValidationAcrossProcesses(t *testing.T) {
+	for r, res := range spawn(t, "mismatch-cached", 3) {
 		if res.code != 0 {
 			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
 		}

@@ -68,6 +68,20 @@ var (
 	ErrCorrupt      = errors.New("corrupt frame")
 )
 
+// TagError is the error of a Recv whose message carried another tag. It
+// matches ErrTagMismatch with errors.Is; Got lets the layer above say what
+// the peer was doing.
+type TagError struct {
+	Got, Want uint32
+}
+
+func (e *TagError) Error() string {
+	return fmt.Sprintf("%v: got tag %#x, want %#x", ErrTagMismatch, e.Got, e.Want)
+}
+
+// Is makes errors.Is(err, ErrTagMismatch) hold.
+func (e *TagError) Is(target error) bool { return target == ErrTagMismatch }
+
 // Error carries the operation, this rank and the peer of a failed call.
 type Error struct {
 	Op   string // "send", "recv", "dial", …

@@ -167,7 +167,7 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag uint32, buf []byte) 
 	var err error
 	switch {
 	case m.tag != tag:
-		err = fmt.Errorf("%w: got tag %#x, want %#x", transport.ErrTagMismatch, m.tag, tag)
+		err = &transport.TagError{Got: m.tag, Want: tag}
 	case len(m.buf) != len(buf):
 		err = fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, len(m.buf), len(buf))
 	default:

@@ -58,6 +58,10 @@ type peer struct {
 
 	bmu   sync.Mutex
 	cause error // why the connection broke; nil while healthy
+	// rcause is why the incoming stream alone is out of step (a tag or size
+	// mismatch): receives fail, sends stay in step and still work until the
+	// connection closes.
+	rcause error
 
 	snd, rcv direction
 }
@@ -154,6 +158,24 @@ func (p *peer) breakConn(cause error) {
 	p.c.Close()
 }
 
+// mismatchLinger is how long a connection stays open after a tag or size
+// mismatch. The stream is out of step (later calls fail with ErrBroken), but
+// closing at once would reset the connection and could destroy the frame
+// this rank sent before the peer reads it; reading that frame is how the
+// peer learns about the mismatch itself. Transport.Close still closes at once.
+const mismatchLinger = 500 * time.Millisecond
+
+// breakConnLater marks the incoming stream out of step now and closes the
+// connection after mismatchLinger; sends keep working until then.
+func (p *peer) breakConnLater(cause error) {
+	p.bmu.Lock()
+	if p.rcause == nil {
+		p.rcause = cause
+	}
+	p.bmu.Unlock()
+	time.AfterFunc(mismatchLinger, func() { p.c.Close() })
+}
+
 func brokenErr(cause error) error {
 	if errors.Is(cause, transport.ErrPeerClosed) {
 		return fmt.Errorf("%w: %w", ErrBroken, cause)
@@ -175,9 +197,17 @@ func (t *Transport) fail(op string, peer int, err error) error {
 }
 
 // usable reports why a call on p cannot start, or nil.
-func (t *Transport) usable(p *peer) error {
+func (t *Transport) usable(p *peer, recv bool) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
+	}
+	if recv {
+		p.bmu.Lock()
+		rc := p.rcause
+		p.bmu.Unlock()
+		if rc != nil {
+			return brokenErr(rc)
+		}
 	}
 	if cause := p.brokenCause(); cause != nil {
 		return brokenErr(cause)
@@ -196,7 +226,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) 
 	d := &p.snd
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := t.usable(p); err != nil {
+	if err := t.usable(p, false); err != nil {
 		return t.fail("send", peer, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -321,7 +351,7 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag uint32, buf []byte) 
 	d := &p.rcv
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := t.usable(p); err != nil {
+	if err := t.usable(p, true); err != nil {
 		return t.fail("recv", peer, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -375,7 +405,7 @@ func (d *direction) readFrame(tag uint32, buf []byte) (moved bool, err error) {
 		return true, &protoError{fmt.Errorf("%w: %w", transport.ErrCorrupt, err)}
 	}
 	if h.tag != tag {
-		return true, &protoError{fmt.Errorf("%w: got tag %#x, want %#x", transport.ErrTagMismatch, h.tag, tag)}
+		return true, &protoError{&transport.TagError{Got: h.tag, Want: tag}}
 	}
 	if h.length != uint64(len(buf)) {
 		return true, &protoError{fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, h.length, len(buf))}
@@ -436,6 +466,10 @@ func (t *Transport) classify(ctx context.Context, p *peer, err error, moved bool
 		out = fmt.Errorf("%w: %w", transport.ErrPeerClosed, err)
 	default:
 		out = err
+	}
+	if errors.Is(out, transport.ErrTagMismatch) || errors.Is(out, transport.ErrSizeMismatch) {
+		p.breakConnLater(out)
+		return out
 	}
 	p.breakConn(out)
 	return out
