@@ -35,11 +35,13 @@
  *     communicator must issue the same collectives, with the same counts and
  *     dtypes, in the same order. The first time a rank sees a new
  *     (operation, count, dtype) the ranks compare it before any data moves;
- *     when every rank's call is new to it, a disagreement is detcollMismatch
- *     on every rank. When some rank's call matches one it has already
- *     compared, that rank skips the comparison and notices the disagreement
- *     from the messages (detcollMismatch), and its peers may see
- *     detcollRemoteError instead. Either way no data is mixed up.
+ *     a disagreement is detcollMismatch on every rank. When some rank's call
+ *     matches one it has already compared, it skips the comparison; every
+ *     message carries a tag naming its phase and signature, so the ranks
+ *     still notice the disagreement from the messages and report
+ *     detcollMismatch. (A peer whose process exits at once after its own
+ *     error can, rarely, leave another rank with detcollRemoteError.) No
+ *     data is mixed up either way.
  *   - A communicator is safe to use from several threads, but its
  *     collectives run one at a time in call order: issue them from one
  *     thread. detcollCommAbort may be called from any thread to unblock a
