@@ -259,6 +259,15 @@ func MemFree(p DevicePtr) error {
 	return call(sMemFree, func() Result { return rMemFree(p) })
 }
 
+// MemGetAddressRange returns the base and size of the allocation that
+// contains p (cuMemGetAddressRange). p must lie inside memory allocated in
+// the current context; any other address is an *Error (typically
+// CUDA_ERROR_NOT_FOUND or CUDA_ERROR_INVALID_VALUE), never a crash.
+func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
+	err = call(sMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
+	return base, size, err
+}
+
 // MemAllocHost allocates n bytes of page-locked host memory.
 func MemAllocHost(n int) (HostMem, error) {
 	if err := checkSize("cuMemAllocHost", n); err != nil || n == 0 {

@@ -62,6 +62,7 @@ static int w_begincap(uintptr_t fn, uintptr_t s, int mode) { return F(CUresult(*
 static int w_endcap(uintptr_t fn, uintptr_t s, uintptr_t* g) { return F(CUresult(*)(CUhandle, CUhandle*))((CUhandle)s, (CUhandle*)g); }
 static int w_iscap(uintptr_t fn, uintptr_t s, int* st) { return F(CUresult(*)(CUhandle, int*))((CUhandle)s, st); }
 static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g, unsigned long long flags) { return F(CUresult(*)(CUhandle*, CUhandle, unsigned long long))((CUhandle*)e, (CUhandle)g, flags); }
+static int w_addrrange(uintptr_t fn, CUdeviceptr* base, size_t* size, CUdeviceptr p) { return F(CUresult(*)(CUdeviceptr*, size_t*, CUdeviceptr))(base, size, p); }
 static int w_ipcget(uintptr_t fn, unsigned char* out, CUdeviceptr p) {
 	CUipcMemHandle h;
 	CUresult r = F(CUresult(*)(CUipcMemHandle*, CUdeviceptr))(&h, p);
@@ -320,4 +321,11 @@ func rIpcOpenMemHandle(p *DevicePtr, h *IpcMemHandle) Result {
 }
 func rIpcCloseMemHandle(p DevicePtr) Result {
 	return Result(C.w_dptr(fn(sIpcCloseMemHandle), C.CUdeviceptr(p)))
+}
+func rMemGetAddressRange(base *DevicePtr, size *uint64, p DevicePtr) Result {
+	var b C.CUdeviceptr
+	var n C.size_t
+	r := Result(C.w_addrrange(fn(sMemGetAddressRange), &b, &n, C.CUdeviceptr(p)))
+	*base, *size = DevicePtr(b), uint64(n)
+	return r
 }

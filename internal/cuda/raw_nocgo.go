@@ -64,3 +64,4 @@ func rGraphInstantiate(*GraphExec, Graph) Result                       { return 
 func rIpcGetMemHandle(*IpcMemHandle, DevicePtr) Result                 { return u }
 func rIpcOpenMemHandle(*DevicePtr, *IpcMemHandle) Result               { return u }
 func rIpcCloseMemHandle(DevicePtr) Result                              { return u }
+func rMemGetAddressRange(*DevicePtr, *uint64, DevicePtr) Result        { return u }

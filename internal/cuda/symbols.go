@@ -61,6 +61,7 @@ const (
 	sIpcGetMemHandle
 	sIpcOpenMemHandle
 	sIpcCloseMemHandle
+	sMemGetAddressRange
 	numSyms
 )
 
@@ -137,6 +138,7 @@ var symbols = [numSyms]symbolSpec{
 	sIpcGetMemHandle:    {"cuIpcGetMemHandle", []string{"cuIpcGetMemHandle"}, true},
 	sIpcOpenMemHandle:   {"cuIpcOpenMemHandle", []string{"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"}, true},
 	sIpcCloseMemHandle:  {"cuIpcCloseMemHandle", []string{"cuIpcCloseMemHandle"}, true},
+	sMemGetAddressRange: {"cuMemGetAddressRange", []string{"cuMemGetAddressRange_v2"}, true},
 }
 
 // LibraryNames are the candidates for the driver library; $DETCOLL_CUDA_LIB

@@ -1,0 +1,410 @@
+// Package cudabench is the "cuda" backend of package bench (`detcoll bench
+// --device cuda`): detcoll's deterministic collectives on device memory
+// (package gpu/ncclcomm) against NCCL's own ncclAllReduce, ncclAllGather and
+// ncclReduceScatter (ncclSum) on the same buffers, in the same run, on the
+// same NCCL communicator and stream.
+//
+// # Timing
+//
+// Each Run* call records a CUDA event on the stream, enqueues its iterations
+// back to back (eager), records a second event, waits for it and returns
+// the elapsed time divided by the iterations: the device time of one
+// iteration on this rank, launch gaps included. With CaseSpec.Graph the
+// iterations are captured once into a CUDA graph (after one eager call,
+// which checks the arguments and grows the workspace) and the timed region
+// is one launch of that graph; graphs are cached per (which, algorithm,
+// accumulate, iterations). bench.Run takes the slowest rank of every sample.
+//
+// # Memory
+//
+// workspace_bytes is the workspace the communicator retains after the row.
+// peak_allocated_bytes is the larger of the communicator's own workspace
+// peak since the row began and the drop in the device's free memory
+// (cuMemGetInfo) from the row's start to the end of each run, so memory
+// that NCCL allocates on behalf of detcoll's sends and receives (its lazily
+// connected peer buffers) is counted; native_peak_allocated_bytes is the
+// drop in free memory across the native runs of the case. Free memory moves
+// in the driver's 2 MiB pages.
+//
+// # Threads
+//
+// A Backend belongs to one rank and is used from one goroutine, as
+// bench.Run does; every CUDA call runs on a locked OS thread with the
+// device's primary context current (gpu.Device.Do).
+package cudabench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/cluster"
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/internal/cuda"
+	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/nvrtc"
+)
+
+// Available reports why the CUDA backend cannot run here, or nil: it needs
+// the CUDA driver with at least one GPU, NVRTC and NCCL.
+func Available() error {
+	if err := cuda.Available(); err != nil {
+		return err
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("cuda: the driver sees no GPU")
+	}
+	if err := nvrtc.Available(); err != nil {
+		return err
+	}
+	return nccl.Available()
+}
+
+// Backend is one rank's CUDA benchmark backend.
+type Backend struct {
+	comm *ncclcomm.Comm
+	own  bool
+	info bench.DeviceInfo
+}
+
+// New opens the rank's deterministic communicator on GPU LOCAL_RANK
+// (ncclcomm.New) and describes the devices of every rank. Every rank of the
+// job calls it.
+func New(ctx context.Context, job *cluster.Job) (*Backend, error) {
+	c, err := ncclcomm.New(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	b, err := NewWithComm(ctx, c, job.Comm)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	b.own = true
+	return b, nil
+}
+
+// NewWithComm uses an existing communicator (not closed by Close). host is
+// the job's host communicator, used once to collect every rank's GPU name.
+func NewWithComm(ctx context.Context, c *ncclcomm.Comm, host *detcoll.Comm) (*Backend, error) {
+	const n = 96
+	mine := make([]byte, n)
+	copy(mine, c.Device().Name())
+	all := make([]byte, n*host.Size())
+	if err := host.AllGather(ctx, mine, all, dtype.Byte); err != nil {
+		return nil, fmt.Errorf("cudabench: collecting GPU names: %w", err)
+	}
+	names := make([]string, host.Size())
+	for p := range names {
+		names[p] = strings.TrimRight(string(all[p*n:(p+1)*n]), "\x00")
+	}
+	probe := gpu.Probe()
+	return &Backend{comm: c, info: bench.DeviceInfo{Kind: "cuda", Names: names,
+		DriverVersion: probe.DriverVersion, CUDAVersion: probe.CUDAVersion, NCCLVersion: c.NCCLVersion()}}, nil
+}
+
+// Comm is the communicator under test.
+func (b *Backend) Comm() *ncclcomm.Comm { return b.comm }
+
+// Close closes the communicator if New opened it.
+func (b *Backend) Close() error {
+	if b.own {
+		return b.comm.Close()
+	}
+	return nil
+}
+
+// Name is "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// Device reports kind "cuda", every rank's GPU name (rank order), the
+// NVIDIA driver, the CUDA version the driver supports and the NCCL version
+// actually loaded.
+func (b *Backend) Device() bench.DeviceInfo { return b.info }
+
+// Prepare allocates the input, the deterministic and the native output on
+// the device and uploads this rank's input (bench.FillInput).
+func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case, error) {
+	c := b.comm
+	sz := spec.DType.Size()
+	switch {
+	case !spec.Op.Valid():
+		return nil, fmt.Errorf("cudabench: unknown operation %q", spec.Op)
+	case !spec.DType.Valid():
+		return nil, fmt.Errorf("cudabench: dtype %v is not reducible", spec.DType)
+	case spec.Rank != c.Rank() || spec.WorldSize != c.Size():
+		return nil, fmt.Errorf("cudabench: case for rank %d of %d on a communicator of rank %d of %d", spec.Rank, spec.WorldSize, c.Rank(), c.Size())
+	case spec.InputBytes <= 0 || spec.InputBytes%sz != 0:
+		return nil, fmt.Errorf("cudabench: input of %d bytes is not a positive whole number of %v elements", spec.InputBytes, spec.DType)
+	case spec.Op == bench.ReduceScatter && (spec.InputBytes/sz)%spec.WorldSize != 0:
+		return nil, fmt.Errorf("cudabench: reduce_scatter input of %d elements does not divide by W = %d", spec.InputBytes/sz, spec.WorldSize)
+	}
+	k := &gpuCase{c: c, dev: c.Device(), spec: spec, graphs: map[graphKey]cuda.GraphExec{}}
+	k.count = spec.InputBytes / sz
+	switch spec.Op {
+	case bench.ReduceScatter:
+		k.count /= spec.WorldSize
+	}
+	out := spec.OutputBytes()
+	var err error
+	if k.send, err = c.Alloc(spec.InputBytes); err == nil {
+		if k.recv, err = c.Alloc(out); err == nil {
+			k.nrecv, err = c.Alloc(out)
+		}
+	}
+	if err == nil {
+		err = k.dev.CopyHtoD(k.send.Ptr, bench.Input(spec, spec.Rank))
+	}
+	if err == nil {
+		err = k.dev.Do(func() (err error) {
+			if k.start, err = cuda.EventCreate(cuda.EventDefault); err != nil {
+				return err
+			}
+			k.stop, err = cuda.EventCreate(cuda.EventDefault)
+			return err
+		})
+	}
+	if err != nil {
+		k.Close()
+		return nil, fmt.Errorf("cudabench: preparing %s of %d bytes: %w", spec.Op, spec.InputBytes, err)
+	}
+	k.host = make([]byte, out)
+	k.nhost = make([]byte, out)
+	return k, nil
+}
+
+type graphKey struct {
+	native bool
+	alg    detcoll.Algorithm
+	acc    detcoll.Accumulate
+	iters  int
+}
+
+type gpuCase struct {
+	c      *ncclcomm.Comm
+	dev    *gpu.Device
+	spec   bench.CaseSpec
+	count  int // the count argument: AllReduce and AllGather per-rank input, ReduceScatter output
+	send   ncclcomm.Buffer
+	recv   ncclcomm.Buffer
+	nrecv  ncclcomm.Buffer
+	start  cuda.Event
+	stop   cuda.Event
+	host   []byte
+	nhost  []byte
+	graphs map[graphKey]cuda.GraphExec
+
+	natFree0 uint64
+	natPeak  int
+	detFree0 uint64
+	detPeak  int
+}
+
+func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate) func() error {
+	opts := []ncclcomm.CallOption{ncclcomm.WithAlgorithm(alg), ncclcomm.WithAccumulate(acc)}
+	dt := k.spec.DType
+	switch k.spec.Op {
+	case bench.AllReduce:
+		return func() error { return k.c.AllReduce(ctx, k.send, k.recv, k.count, dt, opts...) }
+	case bench.AllGather:
+		return func() error { return k.c.AllGather(ctx, k.send, k.recv, k.count, dt, opts...) }
+	}
+	return func() error { return k.c.ReduceScatter(ctx, k.send, k.recv, k.count, dt, opts...) }
+}
+
+func (k *gpuCase) native() (func() error, error) {
+	nc := k.c.NCCL()
+	if nc == nil {
+		return nil, k.c.Err()
+	}
+	ndt, err := nccl.DataTypeOf(k.spec.DType)
+	if err != nil {
+		return nil, err
+	}
+	s := k.c.Stream()
+	send, recv, n := k.send.Ptr, k.nrecv.Ptr, k.count
+	switch k.spec.Op {
+	case bench.AllReduce:
+		return func() error { return nc.AllReduce(send, recv, n, ndt, nccl.Sum, s) }, nil
+	case bench.AllGather:
+		return func() error { return nc.AllGather(send, recv, n, ndt, s) }, nil
+	}
+	return func() error { return nc.ReduceScatter(send, recv, n, ndt, nccl.Sum, s) }, nil
+}
+
+// timed runs enqueue between two events on the stream and returns the
+// elapsed device time divided by iters.
+func (k *gpuCase) timed(iters int, enqueue func() error) (time.Duration, error) {
+	if iters < 1 {
+		return 0, fmt.Errorf("cudabench: %d iterations", iters)
+	}
+	s := k.c.Stream()
+	var ms float32
+	err := k.dev.Do(func() error {
+		if err := k.start.Record(s); err != nil {
+			return err
+		}
+		if err := enqueue(); err != nil {
+			return err
+		}
+		if err := k.stop.Record(s); err != nil {
+			return err
+		}
+		if err := k.stop.Synchronize(); err != nil {
+			return err
+		}
+		var err error
+		ms, err = cuda.ElapsedTime(k.start, k.stop)
+		return err
+	})
+	return time.Duration(float64(ms) * 1e6 / float64(iters)), err
+}
+
+// run times iters calls of one, eagerly or as one launch of a cached graph.
+func (k *gpuCase) run(key graphKey, iters int, one func() error) (time.Duration, error) {
+	if !k.spec.Graph {
+		return k.timed(iters, func() error {
+			for i := 0; i < iters; i++ {
+				if err := one(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	g, ok := k.graphs[key]
+	if !ok {
+		if err := one(); err != nil {
+			return 0, err
+		}
+		if err := k.c.Synchronize(); err != nil {
+			return 0, err
+		}
+		var err error
+		g, err = k.dev.Capture(k.c.Stream(), func() error {
+			for i := 0; i < iters; i++ {
+				if err := one(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("cudabench: capturing %d iterations: %w", iters, err)
+		}
+		k.graphs[key] = g
+	}
+	return k.timed(iters, func() error { return g.Launch(k.c.Stream()) })
+}
+
+func (k *gpuCase) freeMem() uint64 {
+	free, _, err := k.dev.MemInfo()
+	if err != nil {
+		return 0
+	}
+	return free
+}
+
+func drop(before, now uint64) int {
+	if before == 0 || now >= before {
+		return 0
+	}
+	return int(before - now)
+}
+
+func (k *gpuCase) RunDeterministic(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error) {
+	if k.detFree0 == 0 {
+		k.detFree0 = k.freeMem()
+	}
+	d, err := k.run(graphKey{alg: alg, acc: acc, iters: iters}, iters, k.det(ctx, alg, acc))
+	k.detPeak = max(k.detPeak, drop(k.detFree0, k.freeMem()))
+	return d, err
+}
+
+func (k *gpuCase) RunNative(ctx context.Context, iters int) (time.Duration, error) {
+	one, err := k.native()
+	if err != nil {
+		return 0, err
+	}
+	if k.natFree0 == 0 {
+		k.natFree0 = k.freeMem()
+	}
+	wrapped := func() error { return k.dev.Do(one) }
+	d, err := k.run(graphKey{native: true, iters: iters}, iters, wrapped)
+	k.natPeak = max(k.natPeak, drop(k.natFree0, k.freeMem()))
+	if err != nil {
+		return 0, fmt.Errorf("cudabench: native %s: %w", k.spec.Op, err)
+	}
+	return d, nil
+}
+
+func (k *gpuCase) ResetOutput() error {
+	if err := k.c.Synchronize(); err != nil {
+		return err
+	}
+	return k.dev.Memset(k.recv.Ptr, 0xFF, k.recv.Bytes)
+}
+
+func (k *gpuCase) Output() ([]byte, error) {
+	if err := k.c.Synchronize(); err != nil {
+		return nil, err
+	}
+	return k.host, k.dev.CopyDtoH(k.host, k.recv.Ptr)
+}
+
+func (k *gpuCase) NativeOutput() ([]byte, error) {
+	if err := k.c.Synchronize(); err != nil {
+		return nil, err
+	}
+	return k.nhost, k.dev.CopyDtoH(k.nhost, k.nrecv.Ptr)
+}
+
+// ReleaseWorkspace destroys the deterministic graphs (they use the
+// workspace), frees the workspace and restarts the row's peaks.
+func (k *gpuCase) ReleaseWorkspace() {
+	_ = k.c.Synchronize()
+	for key, g := range k.graphs {
+		if !key.native {
+			_ = k.dev.DestroyGraph(g)
+			delete(k.graphs, key)
+		}
+	}
+	_ = k.c.ReleaseWorkspace()
+	k.detFree0 = k.freeMem()
+	k.detPeak = 0
+}
+
+func (k *gpuCase) Workspace() (retained, peak int) {
+	retained = k.c.Stats().WorkspaceBytes
+	return retained, max(k.c.PeakSinceRelease(), k.detPeak, retained)
+}
+
+func (k *gpuCase) NativePeak() int { return k.natPeak }
+
+func (k *gpuCase) Close() error {
+	var errs []error
+	errs = append(errs, k.c.Synchronize())
+	for key, g := range k.graphs {
+		errs = append(errs, k.dev.DestroyGraph(g))
+		delete(k.graphs, key)
+	}
+	for _, b := range []ncclcomm.Buffer{k.send, k.recv, k.nrecv} {
+		if b.Ptr != 0 {
+			errs = append(errs, k.c.Free(b))
+		}
+	}
+	k.send, k.recv, k.nrecv = ncclcomm.Buffer{}, ncclcomm.Buffer{}, ncclcomm.Buffer{}
+	errs = append(errs, k.dev.Do(func() error { return errors.Join(k.start.Destroy(), k.stop.Destroy()) }))
+	k.start, k.stop = 0, 0
+	return errors.Join(errs...)
+}
