@@ -19,6 +19,7 @@ func init() { extraCommands = append(extraCommands, verifyCmd, envCmd) }
 
 func verifyCmd() *cobra.Command {
 	var worlds, transports, counts []string
+	var device string
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check every collective, dtype, algorithm, transport and device against the host oracle",
@@ -43,6 +44,11 @@ pass/fail table and exits non-zero on any mismatch. Run it on a new cluster.`,
 				}
 				o.Counts = append(o.Counts, n)
 			}
+			if app.Launched(os.Getenv) {
+				o.Device = device
+				_, err := app.VerifyJob(cmd.Context(), o)
+				return err
+			}
 			_, err := app.Verify(cmd.Context(), o)
 			return err
 		},
@@ -50,6 +56,7 @@ pass/fail table and exits non-zero on any mismatch. Run it on a new cluster.`,
 	cmd.Flags().StringSliceVar(&worlds, "world-sizes", []string{"1,2,3,4,5,8"}, "world sizes of the in-process groups")
 	cmd.Flags().StringSliceVar(&transports, "transports", []string{"inproc,tcp"}, "host transports to check")
 	cmd.Flags().StringSliceVar(&counts, "counts", nil, "element counts per rank (default 1 7 1031 65537)")
+	cmd.Flags().StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "under a launcher: the device whose job collectives to check (auto, cpu, cuda) [DETCOLL_DEVICE]")
 	return cmd
 }
 
@@ -60,9 +67,9 @@ func envCmd() *cobra.Command {
 		Short: "Print what detcoll finds here: version, contract, launcher environment, GPUs and libraries",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info := gpu.Probe()
 			lenv, lerr := launch.FromEnv(os.Getenv)
 			if asJSON {
+				info := gpu.Probe()
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"detcoll_version": version, "contract": detcoll.ContractVersion, "go": runtime.Version(),
 					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": lenv, "gpu": info,
@@ -76,7 +83,7 @@ func envCmd() *cobra.Command {
 				fmt.Fprintf(w, "launcher environment: %s: rank %d of %d (local %d of %d), store %q\n", lenv.Source, lenv.Rank, lenv.WorldSize, lenv.LocalRank, lenv.LocalWorldSize, lenv.StoreAddr)
 			}
 			fmt.Fprintln(w, "host transports: inproc, tcp")
-			fmt.Fprint(w, info.String())
+			fmt.Fprint(w, app.CUDAEnvReport())
 			return nil
 		},
 	}

@@ -8,8 +8,10 @@ import (
 
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
+	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/gpu/ncclcomm"
 )
 
 // The "cuda" device: detcoll's deterministic collectives on NVIDIA GPUs over
@@ -19,6 +21,7 @@ func init() {
 		return cudabench.New(ctx, job)
 	}
 	DeviceProbes["cuda"] = cudabench.Available
+	JobVerifiers["cuda"] = VerifyCUDAJob
 }
 
 // CUDAEnvReport is the NVIDIA section of `detcoll env`: the driver, CUDA,
@@ -41,4 +44,22 @@ func CUDAEnvReport() string {
 		}
 	}
 	return b.String()
+}
+
+// VerifyCUDAJob checks the deterministic device collectives of the launched
+// job (every rank calls it) against the host oracle: ncclcomm.VerifyJob. Rows
+// are this rank's.
+func VerifyCUDAJob(ctx context.Context, job *cluster.Job) ([]VerifyResult, error) {
+	res, err := ncclcomm.VerifyJob(ctx, job, ncclcomm.VerifyOptions{})
+	rows := make([]VerifyResult, 0, len(res))
+	for _, r := range res {
+		dt, _ := dtype.Parse(r.DType)
+		row := VerifyResult{Transport: "nccl", World: job.Comm.Size(), Op: r.Operation, DType: dt, Algorithm: r.Algorithm,
+			Accum: r.Case, Pass: r.Error == "" && r.Bitwise && r.Stable, Detail: r.Error}
+		if row.Detail == "" && !row.Pass {
+			row.Detail = fmt.Sprintf("oracle_bitwise=%v repeat_bitwise=%v", r.Bitwise, r.Stable)
+		}
+		rows = append(rows, row)
+	}
+	return rows, err
 }

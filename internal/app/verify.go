@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/reduce"
 	"github.com/detcoll/detcoll/store"
@@ -36,6 +38,77 @@ type VerifyOptions struct {
 	Transports []string // inproc, tcp
 	Counts     []int
 	Out        io.Writer
+	// Device selects the device check of a launched job (auto, cpu, cuda):
+	// with a launcher, every rank runs the device collectives of the job
+	// and rank 0 prints; without one, only the host groups run.
+	Device string
+	Getenv func(string) string
+}
+
+// JobVerifiers check a device's collectives across a launched job; GPU
+// packages register themselves (see cuda.go).
+var JobVerifiers = map[string]func(ctx context.Context, job *cluster.Job) ([]VerifyResult, error){}
+
+// VerifyJob is `detcoll verify` as one rank of a launched job: the device
+// collectives of the job (when the device has a verifier), and on rank 0 the
+// in-process host groups too. Only rank 0 prints.
+func VerifyJob(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	dev, err := ResolveDevice(o.Device)
+	if err != nil {
+		return nil, err
+	}
+	jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	job, err := cluster.Init(jctx, cluster.Options{Getenv: o.Getenv})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer job.Close()
+	rank := job.Comm.Rank()
+	out := o.Out
+	if rank != 0 {
+		o.Out = io.Discard
+	}
+	var rows []VerifyResult
+	if v, ok := JobVerifiers[dev]; ok {
+		r, err := v(ctx, job)
+		rows = append(rows, r...)
+		if err != nil {
+			rows = append(rows, VerifyResult{Transport: dev, World: job.Comm.Size(), Op: "setup", Detail: err.Error()})
+		}
+	}
+	if rank == 0 {
+		host, _ := Verify(ctx, VerifyOptions{WorldSizes: o.WorldSizes, Transports: o.Transports, Counts: o.Counts, Out: io.Discard})
+		rows = append(rows, host...)
+	}
+	// Every rank learns whether any rank failed.
+	failed := 0
+	for _, r := range rows {
+		if !r.Pass {
+			failed++
+		}
+	}
+	all := make([]byte, 8*job.Comm.Size())
+	mine := all[8*rank : 8*rank+8]
+	mine[0], mine[1] = byte(failed), byte(failed>>8)
+	if err := job.Comm.AllGather(ctx, append([]byte(nil), mine...), all, detcoll.Byte); err != nil {
+		return rows, err
+	}
+	total := 0
+	for p := 0; p < job.Comm.Size(); p++ {
+		total += int(all[8*p]) | int(all[8*p+1])<<8
+	}
+	if rank == 0 {
+		printVerify(out, rows)
+		fmt.Fprintf(out, "device %s, %d ranks: %d failed checks on all ranks together\n", dev, job.Comm.Size(), total)
+	}
+	if total > 0 {
+		return rows, fmt.Errorf("verify: %d checks failed across the job", total)
+	}
+	return rows, nil
 }
 
 // GroupVerifiers run device checks (GPU packages register themselves) and
