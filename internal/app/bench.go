@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/launch"
@@ -106,9 +107,27 @@ func Bench(ctx context.Context, o BenchOptions) error {
 	}
 	// Raw loopback TCP throughput, measured in the same run so the
 	// collectives' bandwidth has a reference (rank 0, before the rows).
-	var raw float64
-	if rank == 0 && dev == "cpu" {
-		raw, _ = tcp.RawLoopbackThroughput(64<<20, 500*time.Millisecond)
+	var raw, rawA2A float64
+	if dev == "cpu" {
+		if rank == 0 {
+			raw, _ = tcp.RawLoopbackThroughput(64<<20, 500*time.Millisecond)
+		}
+		if w := job.Comm.Size(); w > 1 {
+			// Plain TCP among the same processes on the same cores, all at
+			// once: the ceiling a collective's bus bandwidth compares with.
+			largest := 0
+			for _, s := range o.Config.SizesBytes {
+				largest = max(largest, s)
+			}
+			per := min(max(2*largest/w, 1<<20), 64<<20)
+			mine, err := tcp.RawAllToAllThroughput(ctx, job.Store, "detcoll/bench/raw", rank, w, per, o.Getenv("DETCOLL_TCP_HOST"))
+			if err != nil {
+				return fmt.Errorf("bench: raw all-to-all throughput: %w", err)
+			}
+			if rawA2A, err = slowest(ctx, job.Comm, mine); err != nil {
+				return err
+			}
+		}
 	}
 	var prog *bench.Progress
 	progress := func(done, total int) {
@@ -130,15 +149,19 @@ func Bench(ctx context.Context, o BenchOptions) error {
 	if rank != 0 {
 		return nil
 	}
-	if raw > 0 {
+	if raw > 0 || rawA2A > 0 {
 		if rep.Extra == nil {
 			rep.Extra = map[string]any{}
 		}
 		rep.Extra["raw_loopback_gbps"] = raw / 1e9
+		rep.Extra["raw_alltoall_per_rank_gbps"] = rawA2A / 1e9
 	}
 	rep.Table(o.Stdout)
 	if raw > 0 {
 		fmt.Fprintf(o.Stdout, "raw loopback TCP throughput (one stream, same run): %.2f GB/s\n", raw/1e9)
+	}
+	if rawA2A > 0 {
+		fmt.Fprintf(o.Stdout, "raw TCP all-to-all among the %d ranks (bytes each rank receives per second, slowest rank, same run): %.2f GB/s\n", job.Comm.Size(), rawA2A/1e9)
 	}
 	if o.Output != "" {
 		if err := rep.WriteJSON(o.Output); err != nil {
@@ -161,4 +184,18 @@ func Bench(ctx context.Context, o BenchOptions) error {
 		}
 	}
 	return nil
+}
+
+// slowest returns the smallest of every rank's v (the slowest rank's rate).
+func slowest(ctx context.Context, c *detcoll.Comm, v float64) (float64, error) {
+	all := make([]float64, c.Size())
+	mine := []float64{v}
+	if err := c.AllGather(ctx, detcoll.Float64Bytes(mine), detcoll.Float64Bytes(all), detcoll.FP64); err != nil {
+		return 0, err
+	}
+	m := all[0]
+	for _, x := range all[1:] {
+		m = min(m, x)
+	}
+	return m, nil
 }
