@@ -141,13 +141,18 @@ func launchRanks(t *testing.T, cli string, env []string, cmd ...string) string {
 	args := append([]string{"launch", "--standalone", "--nproc-per-node", "3", "--"}, cmd...)
 	c := exec.CommandContext(ctx, cli, args...)
 	c.Env = append(cleanEnv(), env...)
-	c.Env = append(c.Env, "DETCOLL_TIMEOUT=60s", "DETCOLL_INIT_TIMEOUT=60s")
+	c.Env = append(c.Env, "DETCOLL_TIMEOUT=60s", "DETCOLL_INIT_TIMEOUT=60s", noCUDAEnv)
 	out, err := c.CombinedOutput()
 	if err != nil {
 		t.Fatalf("detcoll launch %s: %v\n%s", strings.Join(cmd, " "), err, out)
 	}
 	return string(out)
 }
+
+// noCUDAEnv keeps the CUDA backend out of the multi-process tests, on GPU
+// machines too: they pass host and made-up pointers to the device calls and
+// expect detcollUnsupported.
+const noCUDAEnv = "DETCOLL_CUDA_LIB=/nonexistent/detcoll-test/libcuda.so.1"
 
 // cleanEnv is the environment without any launcher's variables.
 func cleanEnv() []string {
@@ -327,7 +332,7 @@ func TestPython(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-s", filepath.Join(pyDir, "tests"), "-p", "test_*.py")
-		cmd.Env = append(cleanEnv(), env...)
+		cmd.Env = append(append(cleanEnv(), env...), noCUDAEnv)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("python unittest: %v\n%s", err, out)
 		}
@@ -735,7 +740,7 @@ type fakeDevice struct {
 }
 
 func (f *fakeDevice) Name() string { return "fake" }
-func (f *fakeDevice) Attach(c *detcoll.Comm) (deviceComm, error) {
+func (f *fakeDevice) Attach(c *detcoll.Comm, o *origin) (deviceComm, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.attached++
@@ -762,6 +767,11 @@ func (f *fakeDevice) ReduceScatter(s, r uintptr, n int, dt detcoll.DType, st uin
 func (f *fakeDevice) Close() error { f.closed = true; return nil }
 
 func TestDeviceBackendHook(t *testing.T) {
+	// Without a backend first (the CUDA one, registered by default, is
+	// tested in device_cuda_test.go).
+	prev := currentDeviceBackend()
+	registerDeviceBackend(nil)
+	defer registerDeviceBackend(prev)
 	hs := inprocHandles(t, 1)
 	fake := &fakeDevice{}
 	const dev, stream = 0xdead0000, 0x5151 // a device address and a cudaStream_t
@@ -772,7 +782,6 @@ func TestDeviceBackendHook(t *testing.T) {
 		t.Fatalf("NULL send: %d", rc)
 	}
 	registerDeviceBackend(fake)
-	defer registerDeviceBackend(nil)
 	for _, c := range []struct {
 		o    op
 		dt   int32

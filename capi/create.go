@@ -53,19 +53,69 @@ func commOptions(getenv func(string) string) ([]detcoll.CommOption, error) {
 		}
 		opts = append(opts, detcoll.WithTimeout(d))
 	}
-	if v := getenv(envAccumulate); v != "" {
-		var acc detcoll.Accumulate
-		switch v {
-		case "native":
-			acc = detcoll.AccumulateNative
-		case "f32", "fp32":
-			acc = detcoll.AccumulateF32
-		default:
-			return nil, usageError("%s=%q: want native or f32", envAccumulate, v)
+	if getenv(envAccumulate) != "" {
+		acc, err := accumulateEnv(getenv)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, detcoll.WithDefaultAccumulate(acc))
 	}
 	return opts, nil
+}
+
+// accumulateEnv is the accumulate mode DETCOLL_ACCUMULATE asks for (native
+// when unset).
+func accumulateEnv(getenv func(string) string) (detcoll.Accumulate, error) {
+	switch v := getenv(envAccumulate); v {
+	case "", "native":
+		return detcoll.AccumulateNative, nil
+	case "f32", "fp32":
+		return detcoll.AccumulateF32, nil
+	default:
+		return 0, usageError("%s=%q: want native or f32", envAccumulate, v)
+	}
+}
+
+// origin is what a communicator's creation holds besides the detcoll.Comm:
+// what to release when it is destroyed, and what a device backend needs to
+// build its own communicator over the same ranks (the rendezvous store, this
+// process's place in the job, a store prefix that names the communicator
+// alike on every rank, and the accumulate mode fixed at creation).
+type origin struct {
+	// release frees the store connection; abort means do not wait for
+	// peers. Nil when there is nothing to release.
+	release func(abort bool) error
+	store   store.Store // nil for communicators made in process (tests)
+	env     launch.Env
+	// prefix names the communicator in the store, the same on every rank
+	// and distinct from every other communicator of the store.
+	prefix string
+	acc    detcoll.Accumulate
+	// uid: made by detcollCommInitRank (the GPU is then the calling
+	// thread's current CUDA device, if any); false: from the environment
+	// (the GPU is LOCAL_RANK's).
+	uid bool
+}
+
+// envLocal reads this process's local rank and local world size for a
+// communicator made from a unique id, which has no launcher environment of
+// its own: DETCOLL_LOCAL_RANK, else LOCAL_RANK, else the rank; likewise
+// DETCOLL_LOCAL_WORLD_SIZE, LOCAL_WORLD_SIZE, else nranks.
+func envLocal(getenv func(string) string, rank, nranks int) (localRank, localWorld int) {
+	localRank, localWorld = rank, nranks
+	for _, k := range []string{launch.EnvLocalRank, "LOCAL_RANK"} {
+		if n, err := strconv.Atoi(getenv(k)); err == nil && n >= 0 {
+			localRank = n
+			break
+		}
+	}
+	for _, k := range []string{launch.EnvLocalWorldSize, "LOCAL_WORLD_SIZE"} {
+		if n, err := strconv.Atoi(getenv(k)); err == nil && n >= 1 {
+			localWorld = n
+			break
+		}
+	}
+	return localRank, localWorld
 }
 
 // initContext bounds a communicator's creation by DETCOLL_INIT_TIMEOUT.
@@ -165,7 +215,7 @@ func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
 }
 
 // initRank is detcollCommInitRank.
-func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, release func(bool) error, err error) {
+func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, o *origin, err error) {
 	if nranks < 1 {
 		return nil, nil, argError("nranks %d is not positive", nranks)
 	}
@@ -177,6 +227,10 @@ func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes
 		return nil, nil, err
 	}
 	opts, err := commOptions(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	acc, err := accumulateEnv(getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -240,7 +294,15 @@ func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes
 		t.Close()
 		return nil, nil, err
 	}
-	return c, func(bool) error { return cl.Close() }, nil
+	lr, lw := envLocal(getenv, rank, nranks)
+	return c, &origin{
+		release: func(bool) error { return cl.Close() },
+		store:   cl,
+		env:     launch.Env{Rank: rank, WorldSize: nranks, LocalRank: lr, LocalWorldSize: lw, StoreAddr: u.addr},
+		prefix:  prefix,
+		acc:     acc,
+		uid:     true,
+	}, nil
 }
 
 // ---- communicators from the launcher's environment ----------------------
@@ -256,7 +318,7 @@ var envJob struct {
 }
 
 // initFromEnv is detcollCommInitFromEnv.
-func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout time.Duration) (*detcoll.Comm, func(bool) error, error) {
+func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout time.Duration) (*detcoll.Comm, *origin, error) {
 	envJob.Lock()
 	defer envJob.Unlock()
 	if envJob.released {
@@ -264,6 +326,10 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 			"a process joins a job once: keep one communicator alive, or use detcollGetUniqueId and detcollCommInitRank")
 	}
 	opts, err := commOptions(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	acc, err := accumulateEnv(getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -290,6 +356,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 			return nil, nil, err
 		}
 	}
+	o := &origin{store: envJob.job.Store, env: envJob.job.Env, prefix: prefix, acc: acc}
 	envJob.seq++
 	envJob.refs++
 	var once sync.Once
@@ -316,5 +383,6 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 		})
 		return err
 	}
-	return c, release, nil
+	o.release = release
+	return c, o, nil
 }

@@ -15,11 +15,13 @@ type deviceBackend interface {
 	// Name describes the backend in messages ("cuda", "rocm").
 	Name() string
 	// Attach prepares comm for device collectives. It runs on every rank
-	// during that rank's first device collective on comm, so all ranks
-	// attach together, in call order, and it may communicate over comm
-	// (e.g. to exchange an NCCL unique id or IPC handles). A failed attach
-	// is returned by every later device call on comm.
-	Attach(comm *detcoll.Comm) (deviceComm, error)
+	// during that rank's first device collective on comm, on the thread of
+	// the C caller, so all ranks attach together, in call order, and it may
+	// communicate over comm (e.g. to exchange an NCCL unique id or IPC
+	// handles) and over o's store. o is how comm was made (nil for
+	// communicators made in process, by tests). A failed attach is
+	// returned by every later device call on comm.
+	Attach(comm *detcoll.Comm, o *origin) (deviceComm, error)
 }
 
 // deviceComm is one communicator's device state. Buffers are device
@@ -64,7 +66,7 @@ func (e *commEntry) device(b deviceBackend) (deviceComm, error) {
 	e.devMu.Lock()
 	defer e.devMu.Unlock()
 	if e.dev == nil && e.devErr == nil {
-		e.dev, e.devErr = b.Attach(e.comm)
+		e.dev, e.devErr = b.Attach(e.comm, e.origin)
 	}
 	return e.dev, e.devErr
 }

@@ -54,10 +54,17 @@
 // Device collectives: detcollAllReduce, detcollAllGather and
 // detcollReduceScatter check their arguments, then dispatch to the device
 // backend registered with registerDeviceBackend (from an init function of a
-// file of this package, typically behind a build tag); without one they
-// return detcollUnsupported. Device pointers and streams arrive as uintptr_t
-// and stay integers in Go (cuda.DevicePtr, cuda.Stream). See device.go for
-// the interface.
+// file of this package); without one they return detcollUnsupported.
+// Device pointers and streams arrive as uintptr_t and stay integers in Go
+// (cuda.DevicePtr, cuda.Stream). See device.go for the interface. The CUDA
+// backend (device_cuda.go, in every cgo build unless -tags
+// detcoll_nodevice) makes a gpu/ncclcomm communicator on a communicator's
+// first device call, from the communicator and how it was made (its origin:
+// store, launch environment, store prefix, accumulate mode), and enqueues
+// every call on the caller's stream (ncclcomm.OnStream) without
+// synchronising. Where the CUDA driver, NCCL or NVRTC cannot be loaded the
+// attach fails, on every rank alike (ncclcomm.New is collective and is
+// always called), with detcollUnsupported naming the missing library.
 //
 // The header is the single source of the C types and constants: results.go
 // includes it with DETCOLL_TYPES_ONLY (its prototypes would clash with the

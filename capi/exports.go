@@ -63,11 +63,11 @@ func detcollCommInitRank(comm *C.uintptr_t, nranks C.int, id C.detcoll_capi_uid,
 			return err
 		}
 		defer cancel()
-		c, release, err := initRank(ctx, cgetenv, b, int(nranks), int(rank))
+		c, o, err := initRank(ctx, cgetenv, b, int(nranks), int(rank))
 		if err != nil {
 			return err
 		}
-		*comm = C.uintptr_t(register(c, release))
+		*comm = C.uintptr_t(register(c, o))
 		return nil
 	}))
 }
@@ -84,11 +84,11 @@ func detcollCommInitFromEnv(comm *C.uintptr_t) C.int {
 			return err
 		}
 		defer cancel()
-		c, release, err := initFromEnv(ctx, cgetenv, d)
+		c, o, err := initFromEnv(ctx, cgetenv, d)
 		if err != nil {
 			return err
 		}
-		*comm = C.uintptr_t(register(c, release))
+		*comm = C.uintptr_t(register(c, o))
 		return nil
 	}))
 }

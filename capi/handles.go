@@ -17,9 +17,10 @@ import (
 type commEntry struct {
 	id   uint64
 	comm *detcoll.Comm
-	// release frees what the communicator's creation holds besides comm
-	// (its store connection); abort means do not wait for peers.
-	release func(abort bool) error
+	// origin is what the communicator's creation holds besides comm (its
+	// store connection, released on destroy) and what a device backend
+	// needs; nil for communicators made in process (tests).
+	origin *origin
 
 	mu      sync.Mutex
 	lastErr string
@@ -54,14 +55,14 @@ var handles struct {
 func handleOf(id uint64) uintptr { return uintptr(id<<4 | handleTag) }
 
 // register adds a communicator to the table and returns its handle.
-func register(c *detcoll.Comm, release func(abort bool) error) uintptr {
+func register(c *detcoll.Comm, o *origin) uintptr {
 	handles.Lock()
 	defer handles.Unlock()
 	if handles.m == nil {
 		handles.m = map[uint64]*commEntry{}
 	}
 	handles.next++
-	e := &commEntry{id: handles.next, comm: c, release: release}
+	e := &commEntry{id: handles.next, comm: c, origin: o}
 	handles.m[e.id] = e
 	return handleOf(e.id)
 }
@@ -115,11 +116,17 @@ func (e *commEntry) destroy(abort bool) error {
 	e.devMu.Unlock()
 	var errs []error
 	if dev != nil {
-		errs = append(errs, dev.Close())
+		if abort {
+			// The device state may wait for its streams, whose work may
+			// wait for a peer that is gone: never block an abort on it.
+			go dev.Close()
+		} else {
+			errs = append(errs, dev.Close())
+		}
 	}
 	errs = append(errs, e.comm.Close())
-	if e.release != nil {
-		errs = append(errs, e.release(abort))
+	if e.origin != nil && e.origin.release != nil {
+		errs = append(errs, e.origin.release(abort))
 	}
 	return errors.Join(errs...)
 }

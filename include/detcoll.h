@@ -64,6 +64,8 @@
  *                         rounded to the type, as CUDA __hadd) or "f32" (the
  *                         whole tree in float32, rounded once), fixed at
  *                         communicator creation; all ranks must agree.
+ *   DETCOLL_CUDA_DEVICE   the GPU ordinal of device collectives (default:
+ *                         see detcollAllReduce).
  *   DETCOLL_TCP_HOST      the address this process listens on and
  *                         advertises (default 127.0.0.1; set a routable one
  *                         for multi-node jobs). It is also where
@@ -101,7 +103,7 @@ typedef enum {
   detcollMismatch = 8,     /* ranks called different collectives, counts or dtypes */
   detcollTimeout = 9,      /* a collective or the rendezvous took too long */
   detcollClosed = 10,      /* the communicator was destroyed or aborted */
-  detcollUnsupported = 11, /* valid request that this build cannot do (no device backend, integer sums) */
+  detcollUnsupported = 11, /* valid request that cannot be done here (no CUDA driver or NCCL, integer sums) */
   detcollNumResults = 12
 } detcollResult_t;
 
@@ -187,11 +189,35 @@ detcollResult_t detcollCommCount(const detcollComm_t comm, int* count);
 /* This process's rank in comm. */
 detcollResult_t detcollCommUserRank(const detcollComm_t comm, int* rank);
 
-/* Device-memory collectives (CUDA / HIP device pointers), enqueued on
- * `stream` (a cudaStream_t / hipStream_t; NULL is the legacy default stream).
- * They need a device backend compiled into the library; without one they
- * return detcollUnsupported (with a message saying so) after checking their
- * arguments. Layouts are those of the Host variants below. */
+/* Device-memory collectives (CUDA device pointers), enqueued on `stream` (a
+ * cudaStream_t; NULL is the legacy default stream). Like NCCL's they return
+ * once the work is enqueued, without synchronising: synchronise the stream
+ * (or wait on an event) before reading the output on the host. Layouts are
+ * those of the Host variants below; AllReduce may run in place, AllGather in
+ * place when sendbuff == recvbuff + rank*sendcount*elementsize.
+ *
+ * The library's CUDA backend loads the CUDA driver, NCCL (libnccl.so.2, or
+ * $DETCOLL_NCCL_LIB; a process that already loaded one, such as PyTorch, uses
+ * that one) and NVRTC at run time, on a communicator's first device call:
+ * every rank of the communicator must make that call (it is collective, like
+ * any other), and it creates the communicator's device state: an NCCL
+ * communicator over the same ranks (NCCL only moves bytes; detcoll's kernels
+ * do every addition, so the bits equal the host calls'). Where CUDA or NCCL
+ * cannot be loaded, every device call returns detcollUnsupported and
+ * detcollGetLastError says which library is missing.
+ *
+ * The GPU: $DETCOLL_CUDA_DEVICE (an ordinal) if set; else, for a
+ * communicator of detcollCommInitRank, the device current on the calling
+ * thread (as ncclCommInitRank takes it; if none is current,
+ * DETCOLL_LOCAL_RANK or LOCAL_RANK, else the rank); for a communicator of
+ * detcollCommInitFromEnv, the local rank's GPU (LOCAL_RANK of torchrun,
+ * DETCOLL_LOCAL_RANK of detcoll launch, ...; the only GPU when one is
+ * visible), and a different device current on the calling thread is
+ * detcollInvalidUsage (make the local rank's GPU current first, e.g.
+ * torch.cuda.set_device(LOCAL_RANK) or cudaSetDevice). The buffers must be on
+ * that GPU, and its primary context (the one the CUDA runtime uses) is used.
+ * One rank of a communicator per process, as with NCCL without groups.
+ * A failed first call is returned by every later device call on comm. */
 detcollResult_t detcollAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                  detcollDataType_t datatype, detcollComm_t comm, void* stream);
 detcollResult_t detcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,

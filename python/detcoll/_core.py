@@ -131,7 +131,11 @@ class Comm:
 
     def _scale(self, op):
         # (num, den): output elements = input elements * num / den
-        return {_ALL_REDUCE: (1, 1), _ALL_GATHER: (self._size, 1), _REDUCE_SCATTER: (1, self._size)}[op]
+        if op == _ALL_REDUCE:
+            return 1, 1
+        if op == _ALL_GATHER:
+            return self._size, 1
+        return 1, self._size
 
     def _host_collective(self, op, x, out, dtype):
         reduce = op != _ALL_GATHER
@@ -164,13 +168,16 @@ class Comm:
         return result
 
     def _tensor_collective(self, op, t, out, dtype):
+        # The per-call cost matters for small CUDA tensors (the call only
+        # enqueues): every check here is a cheap attribute read.
         T = _torch
         code = T.dtype_code(t)
         if dtype is not None and D.code(dtype) != code:
             raise TypeError(f"dtype={dtype!r} but the tensor is {t.dtype}")
         if op != _ALL_GATHER and code not in D.REDUCIBLE:
             raise TypeError(f"detcoll reduces only bf16, fp16, fp32 and fp64 tensors, not {t.dtype}")
-        T.check_tensor(t, "tensor")
+        device = t.device
+        T.check_tensor(t, "tensor", device)
         num, den = self._scale(op)
         n = t.numel()
         if n * num % den:
@@ -179,16 +186,21 @@ class Comm:
             if op == _ALL_REDUCE:
                 out = t
             else:
-                out = T.torch_module().empty(T.out_shape(t, num, den), dtype=t.dtype, device=t.device)
+                out = T.torch_module().empty(T.out_shape(t, num, den), dtype=t.dtype, device=device)
         else:
-            T.check_out(t, out, n * num // den)
+            T.check_out(t, out, n * num // den, device)
         count = n * num // den if op == _REDUCE_SCATTER else n
         lib = _lib.lib()
-        if t.device.type == "cuda":
+        if device.type == "cuda":
+            # Enqueued on the device's current stream, like NCCL; returns
+            # before the data moves.
             name = _C_NAMES[op][0]
-            stream, device = T.current_stream(t)
-            with device:
-                rc = getattr(lib, name)(t.data_ptr() or None, out.data_ptr() or None, count, code, self._h, stream)
+            stream, guard = T.current_stream(t, device)
+            if guard is None:
+                rc = getattr(lib, name)(t.data_ptr() or None, out.data_ptr() or None, count, code, self._h, stream or None)
+            else:
+                with guard:
+                    rc = getattr(lib, name)(t.data_ptr() or None, out.data_ptr() or None, count, code, self._h, stream or None)
         else:
             name = _C_NAMES[op][1]
             rc = getattr(lib, name)(t.data_ptr() or None, out.data_ptr() or None, count, code, self._h)

@@ -41,11 +41,12 @@ def dtype_code(t):
     return c
 
 
-def check_tensor(t, what):
+def check_tensor(t, what, device=None):
     if not t.is_contiguous():
         raise ValueError(f"{what} is not contiguous (call .contiguous())")
-    if t.device.type not in ("cuda", "cpu"):
-        raise ValueError(f"{what} is on device {t.device}; detcoll takes CUDA (or ROCm) and CPU tensors")
+    device = t.device if device is None else device
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"{what} is on device {device}; detcoll takes CUDA (or ROCm) and CPU tensors")
 
 
 def out_shape(t, num, den):
@@ -57,21 +58,52 @@ def out_shape(t, num, den):
     return (t.numel() * num // den,)
 
 
-def check_out(t, out, numel):
+def check_out(t, out, numel, device=None):
+    """out must be a contiguous tensor of t's dtype on t's device holding
+    numel elements (any shape: the collectives see flat buffers)."""
     torch = torch_module()
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out is a {type(out).__name__}, but the input is a torch tensor")
     if out.dtype != t.dtype:
         raise TypeError(f"out has dtype {out.dtype}, the input {t.dtype}")
-    if out.device != t.device:
-        raise ValueError(f"out is on {out.device}, the input on {t.device}")
-    check_tensor(out, "out")
+    device = t.device if device is None else device
+    odev = out.device
+    if odev != device:
+        raise ValueError(f"out is on {odev}, the input on {device}")
+    check_tensor(out, "out", odev)
     if out.numel() != numel:
         raise ValueError(f"out has {out.numel()} elements, want {numel}")
 
 
-def current_stream(t):
-    """The tensor's device's current stream (cudaStream_t as an int) and a
-    context manager making that device current."""
+_CUDA = (None, None, None)  # (the torch module, raw current-stream getter, current-device getter)
+
+
+def _cuda_fns(torch):
+    global _CUDA
+    if _CUDA[0] is not torch:
+        C = getattr(torch, "_C", None)
+        _CUDA = (torch, getattr(C, "_cuda_getCurrentRawStream", None), getattr(C, "_cuda_getDevice", None))
+    return _CUDA
+
+
+def current_stream(t, device=None):
+    """The current stream of the tensor's device, as an int (the cudaStream_t
+    of torch.cuda.current_stream(device).cuda_stream; 0 is the legacy default
+    stream), and a context manager that makes that device current for the
+    call, or None when it is current already.
+
+    The device is made current because the library's device backend runs on
+    the calling thread and makes its GPU's context current there: with the
+    tensor's device current, torch's notion of the current device is left as
+    it was (the guard restores it afterwards)."""
     torch = torch_module()
-    return torch.cuda.current_stream(t.device).cuda_stream, torch.cuda.device(t.device)
+    _, raw, cur = _cuda_fns(torch)
+    dev = t.device if device is None else device
+    idx = dev.index
+    if raw is not None and idx is not None:
+        stream = raw(idx)  # what current_stream(dev).cuda_stream returns, without building a Stream
+    else:
+        stream = torch.cuda.current_stream(dev).cuda_stream
+    if cur is not None and idx is not None and cur() == idx:
+        return stream, None
+    return stream, torch.cuda.device(dev)

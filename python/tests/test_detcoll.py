@@ -19,8 +19,14 @@ import sys
 import types
 import unittest
 
-import detcoll
-from detcoll import _dtypes, _errors
+# The fake CUDA tensors below carry made-up device pointers: keep the
+# library's CUDA backend out (it would use them on a GPU machine), so that
+# device calls are detcollUnsupported everywhere. The library reads this when
+# it is loaded, after this line.
+os.environ["DETCOLL_CUDA_LIB"] = "/nonexistent/detcoll-test/libcuda.so.1"
+
+import detcoll  # noqa: E402
+from detcoll import _dtypes, _errors  # noqa: E402
 
 
 class FakeDevice:
@@ -281,6 +287,26 @@ class FakeTorch(unittest.TestCase):
             self.assertRegex(cm.exception.function, r"^detcoll(AllReduce|AllGather|ReduceScatter)$")
         self.assertIn(("device", FakeDevice("cuda", 1)), torch.calls)
         self.assertIn(("empty", (8,)), torch.calls)  # all_gather's output, world of one
+
+    def test_cuda_stream_fast_path(self):
+        # With torch's raw getters the stream comes without building a
+        # torch.cuda.Stream, and the device is switched only when the
+        # tensor's is not current.
+        from detcoll import _torch as T
+
+        torch = self.torch
+        torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda i: 0x7000 + i, _cuda_getDevice=lambda: 1)
+        stream, guard = T.current_stream(torch.Tensor((8,), torch.bfloat16, device="cuda:1"))
+        self.assertEqual((stream, guard), (0x7001, None))
+        stream, guard = T.current_stream(torch.Tensor((8,), torch.bfloat16, device="cuda:0"))
+        self.assertEqual(stream, 0x7000)
+        self.assertIsNotNone(guard)
+        t = torch.Tensor((8,), torch.bfloat16, device="cuda:1")
+        with self.assertRaises(detcoll.UnsupportedError):
+            detcoll.all_reduce(t)
+        self.assertNotIn(("device", FakeDevice("cuda", 1)), torch.calls)
+        # (Without them, torch.cuda.current_stream and a device switch:
+        # test_cuda_tensors_reach_the_device_calls.)
 
 
 class NoDefault(unittest.TestCase):
