@@ -49,8 +49,8 @@ done
 
 log="$OUT/gpuffn-tests.log"
 start=$SECONDS
-timeout 240 bin/detcoll launch --standalone --nproc-per-node 2 -- \
-	bin/gpuffn.test -test.run GPU -test.v -test.timeout 220s >"$log" 2>&1
+timeout "${T_FFN:-240}" bin/detcoll launch --standalone --nproc-per-node 2 -- \
+	bin/gpuffn.test -test.run GPU -test.v -test.timeout "$(( ${T_FFN:-240} - 20 ))s" >"$log" 2>&1
 t=$?
 took=$((SECONDS - start))
 

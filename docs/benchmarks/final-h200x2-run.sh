@@ -17,13 +17,13 @@ step() { # name timeout command...
   local rc=$?
   summary+=("$(printf '%-10s rc=%-3s %4ss' "$name" "$rc" "$(( $(date +%s) - start ))")")
 }
-step env 30 bin/detcoll env
-step verify 80 bin/detcoll launch --standalone --nproc-per-node 2 -- bin/detcoll verify --device cuda --world-sizes 1,2,3,4 --counts 1,7,1031
-[ -f docs/benchmarks/pytorch-h200x2-run.sh ] && mkdir -p "$OUT/pytorch" && step pytorch 150 env OUT="$OUT/pytorch" bash docs/benchmarks/pytorch-h200x2-run.sh
-[ -f docs/benchmarks/ffn-h200x2-run.sh ] && mkdir -p "$OUT/ffn" && step ffn 150 env OUT="$OUT/ffn" bash docs/benchmarks/ffn-h200x2-run.sh
+step env 20 bin/detcoll env
+step verify 70 bin/detcoll launch --standalone --nproc-per-node 2 -- bin/detcoll verify --device cuda --world-sizes 1,2,3,4 --counts 1,7,1031
+[ -f docs/benchmarks/pytorch-h200x2-run.sh ] && mkdir -p "$OUT/pytorch" && step pytorch 135 env OUT="$OUT/pytorch" BUDGET=120 T_RUN=45 GO_BENCH=0 bash docs/benchmarks/pytorch-h200x2-run.sh
+[ -f docs/benchmarks/ffn-h200x2-run.sh ] && mkdir -p "$OUT/ffn" && step ffn 150 env OUT="$OUT/ffn" T_FFN=140 bash docs/benchmarks/ffn-h200x2-run.sh
 {
   tail -3 "$OUT/verify.txt"
-  for f in "$OUT"/pytorch/summary* "$OUT"/ffn/summary*; do [ -f "$f" ] && tail -25 "$f"; done
+  for f in "$OUT"/pytorch/summary.md "$OUT"/ffn.txt "$OUT"/pytorch.txt; do [ -f "$f" ] && tail -25 "$f"; done
   printf '%s\n' "${summary[@]}"
 } > "$OUT/summary.txt"
 tar czf "$FINAL/final.tgz" -C "$OUT" .
