@@ -591,13 +591,7 @@ type rsLane struct {
 func (c *Comm) reduceScatterMany(ctx context.Context, op string, sends, recvs []Buffer, counts []int, dt dtype.DType, opts []CallOption) error {
 	sz := dt.Size()
 	w := c.size
-	total := 0
-	for _, n := range counts {
-		if n > 0 && n < math.MaxInt/(w*max(sz, 1)) {
-			total += n * w * sz
-		}
-	}
-	cc := c.resolve(opts, total)
+	cc := c.resolveRS(opts)
 	many := op == "ReduceScatterMany"
 	lanes := make([]rsLane, 0, len(counts))
 	return c.run(ctx, op, cc, true, func() (signature, error) {

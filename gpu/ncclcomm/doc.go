@@ -113,10 +113,11 @@
 // ncclAllGather. ReduceScatter reduces only the local block: a2a_tree
 // receives block r of every peer, gather_tree gathers the whole inputs (up
 // to W × the input) and reduces block r. AllGather is one ncclAllGather
-// straight into the caller's output and needs no workspace. Auto picks
-// gather_tree below AutoA2ABytes and a2a_tree from there; with two ranks
-// (both algorithms receive the same bytes, gather_tree in one NCCL
-// operation instead of two) the threshold is AutoA2ABytesTwoRanks.
+// straight into the caller's output and needs no workspace. For AllReduce,
+// Auto picks gather_tree below AutoA2ABytes and a2a_tree from there; with two
+// ranks (both algorithms receive the same bytes, gather_tree in one NCCL
+// operation instead of two) the threshold is AutoA2ABytesTwoRanks. For the
+// reduce-scatters Auto is always a2a_tree, which receives W× fewer bytes.
 //
 // The gathers inside the reductions use grouped sends and receives from
 // AutoP2PBytes per rank and ncclAllGather below (GatherAuto; WithGather
