@@ -176,6 +176,24 @@ class Comm:
             raise TypeError(f"dtype={dtype!r} but the tensor is {t.dtype}")
         if op != _ALL_GATHER and code not in D.REDUCIBLE:
             raise TypeError(f"detcoll reduces only bf16, fp16, fp32 and fp64 tensors, not {t.dtype}")
+        if t.is_cuda:
+            # The hot path of small CUDA calls: is_cuda and get_device() are
+            # plain attribute reads, where t.device builds an object.
+            if not t.is_contiguous():
+                raise ValueError("tensor is not contiguous (call .contiguous())")
+            if out is None and op == _ALL_REDUCE:
+                n = t.numel()
+                stream, guard = T.cuda_stream(t.get_device())
+                fn = self._fn(op, 0)
+                ptr = t.data_ptr() or None
+                if guard is None:
+                    rc = fn(ptr, ptr, n, code, self._h, stream or None)
+                else:
+                    with guard:
+                        rc = fn(ptr, ptr, n, code, self._h, stream or None)
+                if rc:
+                    _check(rc, _C_NAMES[op][0])
+                return t
         device = t.device
         T.check_tensor(t, "tensor", device)
         num, den = self._scale(op)
@@ -206,6 +224,17 @@ class Comm:
             rc = getattr(lib, name)(t.data_ptr() or None, out.data_ptr() or None, count, code, self._h)
         _check(rc, name)
         return out
+
+    def _fn(self, op, host):
+        # The library's function for op (host=0: device call, 1: host call),
+        # looked up once per process.
+        f = _FNS.get((op, host))
+        if f is None:
+            f = _FNS[(op, host)] = getattr(_lib.lib(), _C_NAMES[op][host])
+        return f
+
+
+_FNS = {}
 
 
 # ---- the default communicator ----------------------------------------------

@@ -107,3 +107,17 @@ def current_stream(t, device=None):
     if cur is not None and idx is not None and cur() == idx:
         return stream, None
     return stream, torch.cuda.device(dev)
+
+
+def cuda_stream(idx):
+    """current_stream for a CUDA device index (t.get_device()): the current
+    stream as an int and a device guard, or None when idx is current."""
+    torch = torch_module()
+    _, raw, cur = _cuda_fns(torch)
+    if raw is not None:
+        stream = raw(idx)
+    else:
+        stream = torch.cuda.current_stream(idx).cuda_stream
+    if cur is not None and cur() == idx:
+        return stream, None
+    return stream, torch.cuda.device(idx)

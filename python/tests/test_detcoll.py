@@ -79,6 +79,13 @@ def make_fake_torch():
         def is_contiguous(self):
             return self._contig
 
+        @property
+        def is_cuda(self):
+            return self.device.type == "cuda"
+
+        def get_device(self):
+            return self.device.index if self.device.type == "cuda" else -1
+
         def data_ptr(self):
             if self.device.type == "cuda":
                 return 0xDEAD0000  # a "device" pointer: never dereferenced on the host
