@@ -3,49 +3,23 @@ package gpu
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/internal/cuda"
+	"github.com/detcoll/detcoll/internal/cudaemu"
 	"github.com/detcoll/detcoll/reduce"
 )
 
 // The kernel source is plain C++ apart from a few CUDA built-ins. With a
-// host C++ compiler and the shim below, the very same reduce.cu runs on the
+// host C++ compiler and cudaemu.Shim, the very same reduce.cu runs on the
 // CPU, one emulated thread at a time, over an emulated device memory arena:
 // its tree, conversions, vector/scalar split and indexing are then checked
 // against reduce.Oracle on every machine, GPU or not. (Host IEEE arithmetic
 // on x86-64/arm64 with -ffp-contract=off matches __fadd_rn/__dadd_rn with
 // --ftz=false.)
-
-const emuShim = `
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-struct dc_dim3 { unsigned x, y, z; };
-static dc_dim3 blockIdx, threadIdx, blockDim, gridDim;
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); return f; }
-static inline long long __double_as_longlong(double f) { long long u; memcpy(&u, &f, 8); return u; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
-static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
-static inline int min(int a, int b) { return a < b ? a : b; }
-`
 
 // emuMain: argv = kernel list w count head nvec grid out base stride nptr ptr...
 // (addresses are arena offsets); stdin = arena; stdout = arena afterwards.
@@ -86,60 +60,13 @@ int main(int argc, char** argv) {
 }
 `
 
-var (
-	emuOnce sync.Once
-	emuBin  string
-	emuErr  error
-)
-
 func buildEmulator(t *testing.T) string {
 	t.Helper()
-	emuOnce.Do(func() {
-		cxx := ""
-		for _, c := range []string{os.Getenv("CXX"), "g++", "c++", "clang++"} {
-			if c == "" {
-				continue
-			}
-			if p, err := exec.LookPath(c); err == nil {
-				cxx = p
-				break
-			}
-		}
-		if cxx == "" {
-			emuErr = fmt.Errorf("no host C++ compiler")
-			return
-		}
-		dir, err := os.MkdirTemp("", "detcoll-emu-")
-		if err != nil {
-			emuErr = err
-			return
-		}
-		var table []string
-		for _, n := range allKernelNames() {
-			table = append(table, fmt.Sprintf("{%q, %s}", n, n))
-		}
-		src := emuShim + ReduceSource + strings.Replace(emuMain, "KERNEL_TABLE", strings.Join(table, ", "), 1)
-		cpp := filepath.Join(dir, "emu.cpp")
-		if err := os.WriteFile(cpp, []byte(src), 0o644); err != nil {
-			emuErr = err
-			return
-		}
-		bin := filepath.Join(dir, "emu")
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-fno-strict-aliasing",
-			"-Wno-unknown-pragmas", "-o", bin, cpp)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			emuErr = fmt.Errorf("compiling reduce.cu on the host: %v\n%s", err, out)
-			return
-		}
-		emuBin = bin
-	})
-	if emuErr != nil {
-		if strings.Contains(emuErr.Error(), "no host C++ compiler") {
-			t.Skip("no host C++ compiler to emulate reduce.cu")
-		}
-		t.Fatal(emuErr)
+	var table []string
+	for _, n := range allKernelNames() {
+		table = append(table, fmt.Sprintf("{%q, %s}", n, n))
 	}
-	return emuBin
+	return cudaemu.Build(t, "reduce-emu", cudaemu.Shim+ReduceSource+strings.Replace(emuMain, "KERNEL_TABLE", strings.Join(table, ", "), 1))
 }
 
 // emuCase places w slabs (and the output) in an arena at the given element

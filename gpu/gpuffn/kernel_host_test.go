@@ -6,43 +6,21 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/cudaemu"
 	"github.com/detcoll/detcoll/parallel"
 )
 
 // kernels/swiglu.cu is plain C++ apart from a few CUDA built-ins. With a
-// host C++ compiler and the shim below the very same source runs on the
+// host C++ compiler and cudaemu.Shim the very same source runs on the
 // CPU, every emulated thread of the grid in turn: its formulas, conversions
 // and block/stride indexing are checked bit for bit against package
 // parallel's host formulas on every machine. (Host IEEE binary32 arithmetic
 // on x86-64/arm64 with -ffp-contract=off is what __fmul_rn, __fadd_rn,
 // __fsub_rn and __fdiv_rn compute with --ftz=false.)
-
-const swigluShim = `
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-struct dc_dim3 { unsigned x, y, z; };
-static dc_dim3 blockIdx, threadIdx, blockDim, gridDim;
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-`
 
 // argv: mode (fwd|bwd|exp|f32) [per_block blocks stride grid]; stdin: the
 // arrays (fwd: a g u, bwd: dg du g u da, each blocks*stride bf16; exp:
@@ -98,54 +76,9 @@ int main(int argc, char** argv) {
 }
 `
 
-var (
-	swigluEmuOnce sync.Once
-	swigluEmuBin  string
-	swigluEmuErr  error
-)
-
 func buildSwiGLUEmulator(t *testing.T) string {
 	t.Helper()
-	swigluEmuOnce.Do(func() {
-		cxx := ""
-		for _, c := range []string{os.Getenv("CXX"), "g++", "c++", "clang++"} {
-			if c == "" {
-				continue
-			}
-			if p, err := exec.LookPath(c); err == nil {
-				cxx = p
-				break
-			}
-		}
-		if cxx == "" {
-			swigluEmuErr = fmt.Errorf("no host C++ compiler")
-			return
-		}
-		dir, err := os.MkdirTemp("", "detcoll-swiglu-emu-")
-		if err != nil {
-			swigluEmuErr = err
-			return
-		}
-		cpp := filepath.Join(dir, "emu.cpp")
-		if err := os.WriteFile(cpp, []byte(swigluShim+SwiGLUSource+swigluMain), 0o644); err != nil {
-			swigluEmuErr = err
-			return
-		}
-		bin := filepath.Join(dir, "emu")
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wno-unknown-pragmas", "-o", bin, cpp)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			swigluEmuErr = fmt.Errorf("compiling swiglu.cu on the host: %v\n%s", err, out)
-			return
-		}
-		swigluEmuBin = bin
-	})
-	if swigluEmuErr != nil {
-		if strings.Contains(swigluEmuErr.Error(), "no host C++ compiler") {
-			t.Skip("no host C++ compiler to emulate swiglu.cu")
-		}
-		t.Fatal(swigluEmuErr)
-	}
-	return swigluEmuBin
+	return cudaemu.Build(t, "swiglu-emu", cudaemu.Shim+SwiGLUSource+swigluMain)
 }
 
 func runEmu(t *testing.T, stdin []byte, args ...string) []byte {

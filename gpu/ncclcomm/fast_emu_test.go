@@ -3,49 +3,23 @@ package ncclcomm
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/internal/cudaemu"
 	"github.com/detcoll/detcoll/reduce"
 )
 
 // The fast kernels are plain C++ apart from a few CUDA built-ins, like
 // gpu/kernels/reduce.cu they are appended to: compiled by the host C++
-// compiler with the shim below, the very same source runs on the CPU, one
+// compiler with cudaemu.Shim, the very same source runs on the CPU, one
 // emulated thread at a time, and is compared with reduce.Oracle on every
 // machine, GPU or not. (Host IEEE arithmetic with -ffp-contract=off matches
 // __fadd_rn/__dadd_rn with --ftz=false.)
-
-const fastEmuShim = `
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-struct dc_dim3 { unsigned x, y, z; };
-static dc_dim3 blockIdx, threadIdx, blockDim, gridDim;
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); return f; }
-static inline long long __double_as_longlong(double f) { long long u; memcpy(&u, &f, 8); return u; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
-static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
-static inline int min(int a, int b) { return a < b ? a : b; }
-`
 
 // argv: kernel count head nvec grid out nptr ptr... (arena offsets);
 // stdin = arena; stdout = arena afterwards.
@@ -83,62 +57,15 @@ int main(int argc, char** argv) {
 }
 `
 
-var (
-	fastEmuOnce sync.Once
-	fastEmuBin  string
-	fastEmuErr  error
-)
-
 func buildFastEmulator(t *testing.T) string {
 	t.Helper()
-	fastEmuOnce.Do(func() {
-		cxx := ""
-		for _, c := range []string{os.Getenv("CXX"), "g++", "c++", "clang++"} {
-			if c == "" {
-				continue
-			}
-			if p, err := exec.LookPath(c); err == nil {
-				cxx = p
-				break
-			}
-		}
-		if cxx == "" {
-			fastEmuErr = fmt.Errorf("no host C++ compiler")
-			return
-		}
-		dir, err := os.MkdirTemp("", "detcoll-fast-emu-")
-		if err != nil {
-			fastEmuErr = err
-			return
-		}
-		var table []string
-		for _, n := range fastNames() {
-			table = append(table, fmt.Sprintf("{%q, %s}", n, n))
-		}
-		main := strings.Replace(fastEmuMain, "KERNEL_TABLE", strings.Join(table, ", "), 1)
-		main = strings.ReplaceAll(main, "BLOCK", fmt.Sprint(fastBlock))
-		src := fastEmuShim + gpu.ReduceSource + "\n" + fastSource + main
-		cpp := filepath.Join(dir, "emu.cpp")
-		if err := os.WriteFile(cpp, []byte(src), 0o644); err != nil {
-			fastEmuErr = err
-			return
-		}
-		bin := filepath.Join(dir, "emu")
-		cmd := exec.Command(cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-fno-strict-aliasing",
-			"-Wno-unknown-pragmas", "-o", bin, cpp)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fastEmuErr = fmt.Errorf("compiling the fast kernels on the host: %v\n%s", err, out)
-			return
-		}
-		fastEmuBin = bin
-	})
-	if fastEmuErr != nil {
-		if strings.Contains(fastEmuErr.Error(), "no host C++ compiler") {
-			t.Skip("no host C++ compiler to emulate the fast kernels")
-		}
-		t.Fatal(fastEmuErr)
+	var table []string
+	for _, n := range fastNames() {
+		table = append(table, fmt.Sprintf("{%q, %s}", n, n))
 	}
-	return fastEmuBin
+	main := strings.Replace(fastEmuMain, "KERNEL_TABLE", strings.Join(table, ", "), 1)
+	main = strings.ReplaceAll(main, "BLOCK", fmt.Sprint(fastBlock))
+	return cudaemu.Build(t, "fast-emu", cudaemu.Shim+gpu.ReduceSource+"\n"+fastSource+main)
 }
 
 const emuBase = DevicePtr(0x7f0000000000) // a 256-aligned fake device address
