@@ -249,8 +249,8 @@ func (w *worker) block32(t task, lo, hi int) {
 		if aligned(ob, 2) {
 			o := u16s(ob)
 			if t.dt == dtype.BF16 {
-				for k, v := range res {
-					o[k] = dtype.Float32ToBF16(v)
+				for k := narrowBF16Vec(o, res); k < len(res); k++ {
+					o[k] = dtype.Float32ToBF16(res[k])
 				}
 				return
 			}
@@ -271,7 +271,7 @@ func (w *worker) block32(t task, lo, hi int) {
 func addRoundBF16(d, a, b []float32) {
 	b = b[:len(d)]
 	a = a[:len(d)]
-	for k := range d {
+	for k := addRoundBF16Vec(d, a, b); k < len(d); k++ {
 		u := math.Float32bits(a[k] + b[k])
 		if u&0x7FFFFFFF > 0x7F800000 {
 			d[k] = math.Float32frombits(u)
@@ -429,7 +429,7 @@ func (w *worker) firstLevelBF16(t task, lo, hi int, round bool) bool {
 func addRoundBF16u(d []float32, a, b []uint16) {
 	a = a[:len(d)]
 	b = b[:len(d)]
-	for k := range d {
+	for k := addRoundBF16uVec(d, a, b); k < len(d); k++ {
 		u := math.Float32bits(math.Float32frombits(uint32(a[k])<<16) + math.Float32frombits(uint32(b[k])<<16))
 		if u&0x7FFFFFFF > 0x7F800000 {
 			d[k] = math.Float32frombits(u)

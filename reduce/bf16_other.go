@@ -1,0 +1,9 @@
+//go:build !amd64
+
+package reduce
+
+var useAVX2 = false
+
+func addRoundBF16uVec(d []float32, a, b []uint16) int { return 0 }
+func addRoundBF16Vec(d, a, b []float32) int           { return 0 }
+func narrowBF16Vec(o []uint16, s []float32) int       { return 0 }

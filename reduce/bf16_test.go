@@ -1,0 +1,46 @@
+package reduce
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/detcoll/detcoll/dtype"
+)
+
+// The bf16 tree has vector kernels (AVX2 on amd64) and a portable path; both
+// must give the oracle's bits, whichever the machine picks by default.
+func TestBF16VectorAndPortablePaths(t *testing.T) {
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	r := NewReducer(2)
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, vec := range []bool{false, saved} {
+		useAVX2 = vec
+		for _, w := range []int{1, 2, 3, 4, 7, 8, 16} {
+			for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 1031, 4099} {
+				for mode := 0; mode < 3; mode++ {
+					for _, acc := range []Accumulate{Native, F32} {
+						ins := make([][]byte, w)
+						for i := range ins {
+							ins[i] = make([]byte, 2*n)
+							fill(rng, dtype.BF16, ins[i], mode)
+						}
+						want := make([]byte, 2*n)
+						got := make([]byte, 2*n)
+						if err := Oracle(dtype.BF16, acc, ins, want); err != nil {
+							t.Fatal(err)
+						}
+						if err := r.Reduce(dtype.BF16, acc, ins, got); err != nil {
+							t.Fatal(err)
+						}
+						if !bytes.Equal(got, want) {
+							t.Fatalf("vector=%v W=%d n=%d mode=%d %v: %s", vec, w, n, mode, acc, firstDiff(dtype.BF16, got, want))
+						}
+					}
+				}
+			}
+		}
+	}
+}
