@@ -322,3 +322,14 @@ func (p *envParser) masterAddr() string {
 	}
 	return net.JoinHostPort(host, port)
 }
+
+// Launched reports whether a launcher (detcoll launch, torchrun, Slurm or
+// Open MPI) started this process as a rank of a job, from its rank variable.
+func Launched(getenv func(string) string) bool {
+	for _, k := range []string{EnvRank, "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"} {
+		if getenv(k) != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -185,3 +185,17 @@ func TestSlurmTasksOnNode(t *testing.T) {
 		}
 	}
 }
+
+func TestLaunched(t *testing.T) {
+	for env, want := range map[string]bool{"": false, "DETCOLL_RANK": true, "RANK": true, "SLURM_PROCID": true, "OMPI_COMM_WORLD_RANK": true, "LOCAL_RANK": false} {
+		got := Launched(func(k string) string {
+			if k == env {
+				return "0"
+			}
+			return ""
+		})
+		if got != want {
+			t.Errorf("%q set: Launched = %v, want %v", env, got, want)
+		}
+	}
+}

@@ -10,8 +10,7 @@ import (
 
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/gpu/ncclcomm"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/internal/nvrtc"
 )
 
@@ -34,15 +33,6 @@ var (
 	setupErr  error
 )
 
-func launched() bool {
-	for _, k := range []string{"DETCOLL_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"} {
-		if os.Getenv(k) != "" {
-			return true
-		}
-	}
-	return false
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if testComm != nil {
@@ -59,21 +49,7 @@ func TestMain(m *testing.M) {
 
 func gpuSetup(t *testing.T) (*cluster.Job, *ncclcomm.Comm) {
 	t.Helper()
-	if !launched() {
-		t.Skip("not started by a launcher: run this test binary as every rank, e.g. detcoll launch --standalone --nproc-per-node 2 -- ./gpuattn.test -test.run GPU")
-	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no GPU (%d devices, %v)", n, err)
-	}
-	if err := nvrtc.Available(); err != nil {
-		t.Skipf("no NVRTC: %v", err)
-	}
-	if err := nccl.Available(); err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
+	gputest.RequireLaunchedGPU(t, "gpuattn.test", true)
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

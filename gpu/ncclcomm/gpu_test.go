@@ -13,8 +13,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/gputest"
 )
 
 // GPU tests. They run as every rank of a launched job, one GPU per rank:
@@ -36,15 +35,6 @@ var (
 	setupErr  error
 )
 
-func launched() bool {
-	for _, k := range []string{"DETCOLL_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"} {
-		if os.Getenv(k) != "" {
-			return true
-		}
-	}
-	return false
-}
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if testComm != nil {
@@ -61,18 +51,7 @@ func TestMain(m *testing.M) {
 
 func gpuComm(t *testing.T) (*cluster.Job, *Comm) {
 	t.Helper()
-	if !launched() {
-		t.Skip("not started by a launcher: run this test binary as every rank, e.g. detcoll launch --standalone --nproc-per-node 2 -- ./ncclcomm.test -test.run GPU")
-	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no CUDA driver: %v", err)
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no GPU (%d devices, %v)", n, err)
-	}
-	if err := nccl.Available(); err != nil {
-		t.Skipf("no NCCL: %v", err)
-	}
+	gputest.RequireLaunchedGPU(t, "ncclcomm.test", false)
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -32,16 +32,9 @@ type BenchOptions struct {
 // DefaultSizes finish within ~30 s of run time on 4 CPU ranks over loopback.
 var DefaultSizes = []int{4 << 10, 64 << 10, 1 << 20, 4 << 20}
 
-// Launched reports whether a launcher (detcoll, torchrun, Slurm, Open MPI)
-// started this process as one rank of a job.
-func Launched(getenv func(string) string) bool {
-	for _, k := range []string{"DETCOLL_RANK", "RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"} {
-		if getenv(k) != "" {
-			return true
-		}
-	}
-	return false
-}
+// Launched reports whether a launcher started this process as one rank of a
+// job (launch.Launched).
+func Launched(getenv func(string) string) bool { return launch.Launched(getenv) }
 
 // Backends maps a device name to a constructor of its benchmark backend.
 // GPU packages register themselves here; "cpu" is always present.
