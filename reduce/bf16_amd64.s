@@ -1,5 +1,25 @@
 #include "textflag.h"
 
+// ROUNDING_CONSTS broadcasts 0x7FFF into Y10, 1 into Y11 and c into Y12.
+#define ROUNDING_CONSTS(c) \
+	MOVL $0x7FFF, AX \
+	VMOVD AX, X10 \
+	VPBROADCASTD X10, Y10 \
+	MOVL $1, AX \
+	VMOVD AX, X11 \
+	VPBROADCASTD X11, Y11 \
+	MOVL c, AX \
+	VMOVD AX, X12 \
+	VPBROADCASTD X12, Y12
+
+// RNE_BITS sets dst = src + 0x7FFF + ((src>>16)&1) on the float32 bits:
+// round to nearest even at bf16 precision before the low half is dropped.
+#define RNE_BITS(src, dst) \
+	VPSRLD $16, src, dst \
+	VPAND Y11, dst, dst \
+	VPADDD Y10, dst, dst \
+	VPADDD src, dst, dst
+
 // AVX2 kernels for the bf16 tree (see bf16_amd64.go). Each handles n&^7
 // elements; the Go caller does the tail. Rounding is round-to-nearest-even
 // on the float32 bits: u + 0x7FFF + ((u>>16)&1), then the low 16 bits
@@ -11,15 +31,7 @@ TEXT ·addRoundBF16uAVX2(SB), NOSPLIT, $0-32
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
 	MOVQ n+24(FP), CX
-	MOVL $0x7FFF, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11
-	MOVL $0xFFFF0000, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
+	ROUNDING_CONSTS($0xFFFF0000)
 uloop:
 	CMPQ CX, $8
 	JL udone
@@ -28,10 +40,7 @@ uloop:
 	VPSLLD $16, Y0, Y0
 	VPSLLD $16, Y1, Y1
 	VADDPS Y1, Y0, Y2
-	VPSRLD $16, Y2, Y3
-	VPAND Y11, Y3, Y3
-	VPADDD Y10, Y3, Y3
-	VPADDD Y2, Y3, Y3
+	RNE_BITS(Y2, Y3)
 	VPAND Y12, Y3, Y3
 	VCMPPS $3, Y2, Y2, Y4
 	VBLENDVPS Y4, Y2, Y3, Y5
@@ -51,25 +60,14 @@ TEXT ·addRoundBF16AVX2(SB), NOSPLIT, $0-32
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DX
 	MOVQ n+24(FP), CX
-	MOVL $0x7FFF, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11
-	MOVL $0xFFFF0000, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
+	ROUNDING_CONSTS($0xFFFF0000)
 floop:
 	CMPQ CX, $8
 	JL fdone
 	VMOVUPS (SI), Y0
 	VMOVUPS (DX), Y1
 	VADDPS Y1, Y0, Y2
-	VPSRLD $16, Y2, Y3
-	VPAND Y11, Y3, Y3
-	VPADDD Y10, Y3, Y3
-	VPADDD Y2, Y3, Y3
+	RNE_BITS(Y2, Y3)
 	VPAND Y12, Y3, Y3
 	VCMPPS $3, Y2, Y2, Y4
 	VBLENDVPS Y4, Y2, Y3, Y5
@@ -89,23 +87,12 @@ TEXT ·narrowBF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ o+0(FP), DI
 	MOVQ s+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVL $0x7FFF, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11
-	MOVL $0x7FC0, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
+	ROUNDING_CONSTS($0x7FC0)
 nloop:
 	CMPQ CX, $8
 	JL ndone
 	VMOVUPS (SI), Y0
-	VPSRLD $16, Y0, Y3
-	VPAND Y11, Y3, Y3
-	VPADDD Y10, Y3, Y3
-	VPADDD Y0, Y3, Y3
+	RNE_BITS(Y0, Y3)
 	VPSRLD $16, Y3, Y3
 	VCMPPS $3, Y0, Y0, Y4
 	VBLENDVPS Y4, Y12, Y3, Y5
