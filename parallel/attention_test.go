@@ -437,7 +437,6 @@ func attnRef64(d *attnData, scale float64) (out, lse, dq, dk, dv []float64) {
 // TestAttentionFloat64 logs the normwise relative errors against float64
 // (recorded in docs/parallel.md).
 func TestAttentionFloat64(t *testing.T) {
-	bounds := map[dtype.DType]float64{dtype.BF16: 2e-2, dtype.FP16: 4e-3, dtype.FP32: 2e-6}
 	S, heads, hd := 48, 2, 32
 	if longTests {
 		S, heads, hd = 256, 4, 64
@@ -446,17 +445,8 @@ func TestAttentionFloat64(t *testing.T) {
 		d := newAttnData(14, dt, S, heads, hd)
 		got := runAttn(t, d, CUDAAgRs, 1, 4)
 		out, lse, dq, dk, dv := attnRef64(d, float64(float32(1/math.Sqrt(float64(hd)))))
-		for _, c := range []struct {
-			name string
-			m    *Matrix
-			ref  []float64
-		}{{"out", got.out, out}, {"lse", got.lse, lse}, {"dQ", got.dq, dq}, {"dK", got.dk, dk}, {"dV", got.dv, dv}} {
-			e := relErr(c.m, c.ref)
-			t.Logf("%v S=%d heads=%d head_dim=%d %-3s max rel err %.3g", dt, S, heads, hd, c.name, e)
-			if e > bounds[dt] {
-				t.Errorf("%v %s: relative error %.3g > %.3g", dt, c.name, e, bounds[dt])
-			}
-		}
+		checkRelErr(t, dt, fmt.Sprintf("S=%d heads=%d head_dim=%d", S, heads, hd), []namedResult{
+			{"out", got.out, out}, {"lse", got.lse, lse}, {"dQ", got.dq, dq}, {"dK", got.dk, dk}, {"dV", got.dv, dv}})
 	}
 }
 

@@ -344,7 +344,6 @@ func ffnRef64(d *ffnData) (y, dx, dgate, dup, ddown []float64) {
 // normwise relative errors max|got-ref|/max|ref| (recorded in
 // docs/parallel.md).
 func TestFFNFloat64(t *testing.T) {
-	bounds := map[dtype.DType]float64{dtype.BF16: 2e-2, dtype.FP16: 4e-3, dtype.FP32: 2e-6}
 	h, i, T := 64, 256, 40
 	if longTests {
 		h, i, T = 256, 1024, 128
@@ -353,17 +352,8 @@ func TestFFNFloat64(t *testing.T) {
 		d := newFFNData(400, dt, h, i, T)
 		got := runFFN(t, d, ffnRun{tp: 2, cp: 2, sp: true})
 		y, dx, dg, du, dd := ffnRef64(d)
-		for _, c := range []struct {
-			name string
-			m    *Matrix
-			ref  []float64
-		}{{"y", got.y, y}, {"dx", got.dx, dx}, {"dGate", got.gate, dg}, {"dUp", got.up, du}, {"dDown", got.down, dd}} {
-			e := relErr(c.m, c.ref)
-			t.Logf("%v H=%d I=%d T=%d %-5s max rel err %.3g", dt, h, i, T, c.name, e)
-			if e > bounds[dt] {
-				t.Errorf("%v %s: relative error %.3g > %.3g", dt, c.name, e, bounds[dt])
-			}
-		}
+		checkRelErr(t, dt, fmt.Sprintf("H=%d I=%d T=%d", h, i, T), []namedResult{
+			{"y", got.y, y}, {"dx", got.dx, dx}, {"dGate", got.gate, dg}, {"dUp", got.up, du}, {"dDown", got.down, dd}})
 	}
 }
 

@@ -188,3 +188,27 @@ func toF64(m *Matrix) []float64 {
 	}
 	return out
 }
+
+// relErrBounds are the normwise relative errors against float64 the
+// accuracy tests accept: a few units of each dtype's rounding error.
+var relErrBounds = map[dtype.DType]float64{dtype.BF16: 2e-2, dtype.FP16: 4e-3, dtype.FP32: 2e-6}
+
+// namedResult is one output of a layer and its float64 reference.
+type namedResult struct {
+	name string
+	m    *Matrix
+	ref  []float64
+}
+
+// checkRelErr logs each result's relative error against its reference and
+// fails the test when one exceeds dt's bound.
+func checkRelErr(t *testing.T, dt dtype.DType, label string, rs []namedResult) {
+	t.Helper()
+	for _, c := range rs {
+		e := relErr(c.m, c.ref)
+		t.Logf("%v %s %-5s max rel err %.3g", dt, label, c.name, e)
+		if e > relErrBounds[dt] {
+			t.Errorf("%v %s: relative error %.3g > %.3g", dt, c.name, e, relErrBounds[dt])
+		}
+	}
+}
