@@ -96,7 +96,7 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 	if c.size < 1 || c.rank < 0 || c.rank >= c.size {
 		return nil, fmt.Errorf("detcoll: New: %w: rank %d of %d", ErrInvalidArgument, c.rank, c.size)
 	}
-	if c.cfg.alg > A2ATree || !c.cfg.acc.Valid() || c.cfg.timeout <= 0 {
+	if !c.cfg.alg.Valid() || !c.cfg.acc.Valid() || c.cfg.timeout <= 0 {
 		return nil, fmt.Errorf("detcoll: New: %w: bad options (algorithm %v, accumulate %v, timeout %v)", ErrInvalidArgument, c.cfg.alg, c.cfg.acc, c.cfg.timeout)
 	}
 	c.reducer = c.cfg.reducer
@@ -251,7 +251,9 @@ func (c *Comm) resolve(opts []Option, bytes int) (Algorithm, Accumulate) {
 			cc.alg = A2ATree
 		}
 	}
-	return cc.alg, cc.acc
+	// No peer memory here: the IPC algorithms move the same bytes as their
+	// transport twins (an unknown value stays, for checkAlgAcc to refuse).
+	return cc.alg.Transport(), cc.acc
 }
 
 // Tag phases: the high byte of every message tag, so a rank that is in a

@@ -46,9 +46,19 @@ const (
 	// A2ATree sends shard j of every input to rank j, reduces the shard, and
 	// all-gathers the reduced shards: 2(W-1)/W·N bytes, bandwidth-optimal.
 	A2ATree
+	// OneShot is gather_tree over direct peer memory (CUDA IPC): every rank
+	// writes its input into every peer's staging buffer and reduces all W
+	// inputs locally in one kernel, the lowest-latency algorithm for small
+	// messages. Transports without peer memory run it as GatherTree.
+	OneShot
+	// TwoShot is a2a_tree over direct peer memory: shard j of every input is
+	// written to rank j, which reduces it and writes the reduced shard to
+	// every peer, in one kernel and bandwidth-optimal. Transports without
+	// peer memory run it as A2ATree.
+	TwoShot
 )
 
-var algNames = []string{"auto", "gather_tree", "a2a_tree"}
+var algNames = []string{"auto", "gather_tree", "a2a_tree", "one_shot", "two_shot"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algNames) {
@@ -57,14 +67,30 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm accepts auto, gather_tree and a2a_tree.
+// Valid reports whether a is a known algorithm.
+func (a Algorithm) Valid() bool { return a <= TwoShot }
+
+// Transport returns the algorithm a runs as on a transport without direct
+// peer memory: OneShot as GatherTree, TwoShot as A2ATree, others unchanged.
+// Both move the same bytes between the same ranks and give the same bits.
+func (a Algorithm) Transport() Algorithm {
+	switch a {
+	case OneShot:
+		return GatherTree
+	case TwoShot:
+		return A2ATree
+	}
+	return a
+}
+
+// ParseAlgorithm accepts auto, gather_tree, a2a_tree, one_shot and two_shot.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algNames {
 		if strings.EqualFold(s, n) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree or a2a_tree)", s)
+	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot or two_shot)", s)
 }
 
 // autoA2ABytes is the per-rank message size from which Auto uses A2ATree.

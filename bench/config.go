@@ -47,6 +47,10 @@ func ParseOp(s string) (Op, error) {
 // algorithm, every rank sending its block straight to every other rank.
 const DirectAlgorithm = "direct"
 
+// IPCAlgorithm is the algorithm name of all_gather rows that copy through
+// direct peer memory (the one_shot and two_shot algorithms of the list).
+const IPCAlgorithm = "ipc"
+
 // Config is one benchmark run. Every rank must pass the same Config (Run
 // checks that before anything else).
 type Config struct {
@@ -60,8 +64,9 @@ type Config struct {
 	// DType of every row; must be reducible (bf16, fp16, fp32, fp64).
 	DType dtype.DType
 	// Algorithms of the reductions (all_reduce, reduce_scatter), one row
-	// each; nil means gather_tree and a2a_tree. all_gather rows always run
-	// the one "direct" algorithm.
+	// each; nil means gather_tree and a2a_tree. all_gather rows run
+	// "direct" for the NCCL algorithms of the list, "ipc" for one_shot or
+	// two_shot and "auto" for auto.
 	Algorithms []detcoll.Algorithm
 	// Accumulate is the fp16/bf16 accumulate mode (recorded in the contract).
 	Accumulate detcoll.Accumulate
@@ -125,7 +130,7 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("bench: no algorithms for the reductions")
 	}
 	for _, a := range c.Algorithms {
-		if a > detcoll.A2ATree {
+		if !a.Valid() {
 			return c, fmt.Errorf("bench: unknown algorithm %v", a)
 		}
 	}
@@ -170,7 +175,33 @@ func InputBytes(op Op, dt dtype.DType, w, requested int) int {
 // algorithm each runs.
 func (c Config) rowAlgorithms(op Op) ([]string, []detcoll.Algorithm) {
 	if op == AllGather {
-		return []string{DirectAlgorithm}, []detcoll.Algorithm{detcoll.Auto}
+		// AllGather has no reduction: the NCCL algorithms are one row,
+		// "direct" (forced as gather_tree), the peer-memory ones another,
+		// "ipc" (forced as one_shot), and auto its own.
+		var names []string
+		var algs []detcoll.Algorithm
+		add := func(n string, a detcoll.Algorithm) {
+			for _, m := range names {
+				if m == n {
+					return
+				}
+			}
+			names, algs = append(names, n), append(algs, a)
+		}
+		for _, a := range c.Algorithms {
+			switch a {
+			case detcoll.Auto:
+				add("auto", detcoll.Auto)
+			case detcoll.OneShot, detcoll.TwoShot:
+				add(IPCAlgorithm, detcoll.OneShot)
+			default:
+				add(DirectAlgorithm, detcoll.GatherTree)
+			}
+		}
+		if names == nil {
+			add(DirectAlgorithm, detcoll.GatherTree)
+		}
+		return names, algs
 	}
 	names := make([]string, len(c.Algorithms))
 	for i, a := range c.Algorithms {

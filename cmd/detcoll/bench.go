@@ -83,7 +83,7 @@ host over TCP loopback. List flags take space- or comma-separated values:
 	f.StringVar(&dt, "dtype", envDefault("DETCOLL_DTYPE", "bf16"), "bf16, fp16, fp32 or fp64 [DETCOLL_DTYPE]")
 	f.StringSliceVar(&ops, "operations", strings.Fields(envDefault("DETCOLL_OPERATIONS", "all_reduce all_gather reduce_scatter")), "operations [DETCOLL_OPERATIONS]")
 	f.StringSliceVar(&sizes, "size-bytes", strings.Fields(envDefault("DETCOLL_SIZE_BYTES", "")), "per-rank input sizes in bytes (K, M, G suffixes allowed) [DETCOLL_SIZE_BYTES]")
-	f.StringSliceVar(&algs, "algorithms", strings.Fields(envDefault("DETCOLL_ALGORITHMS", "gather_tree a2a_tree")), "algorithms of the reductions [DETCOLL_ALGORITHMS]")
+	f.StringSliceVar(&algs, "algorithms", strings.Fields(envDefault("DETCOLL_ALGORITHMS", "gather_tree a2a_tree")), "algorithms: auto, gather_tree, a2a_tree, one_shot, two_shot (all_gather rows: direct for the NCCL ones, ipc for the peer-memory ones) [DETCOLL_ALGORITHMS]")
 	f.StringVar(&acc, "accumulate", envDefault("DETCOLL_ACCUMULATE", "native"), "fp16/bf16 accumulation: native or f32 [DETCOLL_ACCUMULATE]")
 	f.IntVar(&warmup, "warmup", envInt("DETCOLL_WARMUP", 3), "warm-up iterations [DETCOLL_WARMUP]")
 	f.IntVar(&iters, "iterations", envInt("DETCOLL_ITERATIONS", 5), "iterations per sample [DETCOLL_ITERATIONS]")

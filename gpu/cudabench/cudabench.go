@@ -113,6 +113,19 @@ func NewWithComm(ctx context.Context, c *ncclcomm.Comm, host *detcoll.Comm) (*Ba
 		DriverVersion: probe.DriverVersion, CUDAVersion: probe.CUDAVersion, NCCLVersion: c.NCCLVersion()}}, nil
 }
 
+// ReportExtra describes the peer-memory (CUDA IPC) path of this rank for
+// the report's "extra": whether it is on (or why not), the staging memory
+// per rank and what sets the automatic choice.
+func (b *Backend) ReportExtra() map[string]any {
+	on, why := b.comm.IPC()
+	x := map[string]any{"ipc": on, "ipc_staging_bytes_per_rank": b.comm.IPCStagingBytes(),
+		"auto_one_shot_max_bytes": ncclcomm.AutoOneShotBytes}
+	if !on {
+		x["ipc_off_because"] = why
+	}
+	return x
+}
+
 // Comm is the communicator under test.
 func (b *Backend) Comm() *ncclcomm.Comm { return b.comm }
 

@@ -61,7 +61,7 @@ func overlaps(a DevicePtr, an int, b DevicePtr, bn int) bool {
 }
 
 func checkAlgAcc(alg detcoll.Algorithm, acc detcoll.Accumulate) error {
-	if alg != detcoll.GatherTree && alg != detcoll.A2ATree {
+	if alg == detcoll.Auto || !alg.Valid() {
 		return argErr("unknown algorithm %v", alg)
 	}
 	if !acc.Valid() {
@@ -181,6 +181,8 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, count int, dt d
 			return nil
 		case c.size == 1:
 			return c.reduce(s, dt, cc.acc, recv.Ptr, []DevicePtr{send.Ptr}, count, false)
+		case cc.alg == detcoll.OneShot || cc.alg == detcoll.TwoShot:
+			return c.allReduceIPC(s, send.Ptr, recv.Ptr, count, dt, cc.acc, cc.alg == detcoll.TwoShot)
 		case cc.alg == detcoll.GatherTree:
 			return c.allReduceGather(s, capt, send.Ptr, recv.Ptr, count, dt, cc.acc)
 		}
@@ -422,10 +424,11 @@ func (c *Comm) allReduceA2A(s Stream, capt bool, send, recv DevicePtr, count int
 func (c *Comm) AllGather(ctx context.Context, send, recv Buffer, count int, dt dtype.DType, opts ...CallOption) error {
 	const op = "AllGather"
 	sz := dt.Size()
-	cc := c.resolve(opts, 0)
+	cc := c.resolveAG(opts, count*sz)
 	w, r := c.size, c.rank
+	ipc := cc.alg == detcoll.OneShot
 	var n int
-	return c.run(ctx, op, cc, false, func() (signature, error) {
+	return c.run(ctx, op, cc, ipc, func() (signature, error) {
 		if sz == 0 {
 			return signature{}, argErr("dtype %v has no element size", dt)
 		}
@@ -448,10 +451,13 @@ func (c *Comm) AllGather(ctx context.Context, send, recv Buffer, count int, dt d
 				return signature{}, err
 			}
 		}
-		return signature{op: opAllGather, dt: uint8(dt), gather: uint8(c.cfg.gather), count: uint64(count)}, nil
+		return signature{op: opAllGather, dt: uint8(dt), alg: uint8(cc.alg), gather: uint8(c.cfg.gather), count: uint64(count)}, nil
 	}, func(s Stream, _ bool) error {
 		if n == 0 {
 			return nil
+		}
+		if ipc {
+			return c.allGatherIPC(s, send.Ptr, recv.Ptr, n)
 		}
 		if w > 1 && c.cfg.gather != GatherP2P {
 			return c.nc.AllGather(send.Ptr, recv.Ptr, n, nccl.Uint8, s)
@@ -500,9 +506,14 @@ func (c *Comm) allGatherP2P(s Stream, sends, recvs []Buffer, counts []int, sz in
 func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs []Buffer, counts []int, dt dtype.DType, opts ...CallOption) error {
 	const op = "AllGatherMany"
 	sz := dt.Size()
-	cc := c.resolve(opts, 0)
+	total := 0
+	for _, n := range counts {
+		total += n * sz
+	}
+	cc := c.resolveAG(opts, total)
 	w, r := c.size, c.rank
-	return c.run(ctx, op, cc, false, func() (signature, error) {
+	ipc := cc.alg == detcoll.OneShot
+	return c.run(ctx, op, cc, ipc, func() (signature, error) {
 		if sz == 0 {
 			return signature{}, argErr("dtype %v has no element size", dt)
 		}
@@ -538,12 +549,23 @@ func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs []Buffer, counts 
 		if err := c.checkAllocs(bufs, need); err != nil {
 			return signature{}, err
 		}
-		sig := signature{op: opAllGatherMany, dt: uint8(dt), gather: uint8(c.cfg.gather), lanes: uint32(len(counts)), laneHash: laneHash(counts)}
+		sig := signature{op: opAllGatherMany, dt: uint8(dt), alg: uint8(cc.alg), gather: uint8(c.cfg.gather), lanes: uint32(len(counts)), laneHash: laneHash(counts)}
 		for _, n := range counts {
 			sig.count += uint64(n)
 		}
 		return sig, nil
 	}, func(s Stream, _ bool) error {
+		if ipc {
+			// One peer-memory launch per lane, in lane order.
+			for l, count := range counts {
+				if count > 0 {
+					if err := c.allGatherIPC(s, sends[l].Ptr, recvs[l].Ptr, count*sz); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
 		if w == 1 || c.cfg.gather == GatherP2P {
 			return c.allGatherP2P(s, sends, recvs, counts, sz)
 		}
@@ -591,7 +613,11 @@ type rsLane struct {
 func (c *Comm) reduceScatterMany(ctx context.Context, op string, sends, recvs []Buffer, counts []int, dt dtype.DType, opts []CallOption) error {
 	sz := dt.Size()
 	w := c.size
-	cc := c.resolveRS(opts)
+	total := 0
+	for _, n := range counts {
+		total += n * sz * w
+	}
+	cc := c.resolveRS(opts, total)
 	many := op == "ReduceScatterMany"
 	lanes := make([]rsLane, 0, len(counts))
 	return c.run(ctx, op, cc, true, func() (signature, error) {
@@ -648,6 +674,13 @@ func (c *Comm) reduceScatterMany(ctx context.Context, op string, sends, recvs []
 		case w == 1:
 			for _, ln := range lanes {
 				if err := c.reduce(s, dt, cc.acc, ln.recv, []DevicePtr{ln.send}, ln.n/sz, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		case cc.alg == detcoll.TwoShot:
+			for _, ln := range lanes {
+				if err := c.reduceScatterIPC(s, ln.send, ln.recv, ln.n/sz, dt, cc.acc); err != nil {
 					return err
 				}
 			}

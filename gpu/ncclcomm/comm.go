@@ -140,6 +140,8 @@ type Comm struct {
 	stats      Stats
 	lastSig    signature   // the last validated signature (skips the map)
 	ptrs       []DevicePtr // scratch: reduce input lists
+	ipc        *ipcState   // nil: no peer-memory path (see ipcWhy)
+	ipcWhy     string
 }
 
 // Stats are a communicator's counters.
@@ -160,6 +162,8 @@ type config struct {
 	chunk      int
 	checkAlloc bool
 	initTO     time.Duration
+	ipcBytes   int
+	ipcTimeout time.Duration
 }
 
 // Option configures New.
@@ -266,11 +270,15 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 		}
 		cfg.chunk = n
 	}
+	if err := ipcConfig(&cfg); err != nil {
+		return nil, fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.alg > detcoll.A2ATree || !cfg.acc.Valid() || cfg.gather > GatherP2P || cfg.chunk < 0 {
-		return nil, fmt.Errorf("ncclcomm: New: %w: bad options (algorithm %v, accumulate %v, gather %v, chunk %d)", detcoll.ErrInvalidArgument, cfg.alg, cfg.acc, cfg.gather, cfg.chunk)
+	if !cfg.alg.Valid() || !cfg.acc.Valid() || cfg.gather > GatherP2P || cfg.chunk < 0 || cfg.ipcBytes < 0 || cfg.ipcTimeout <= 0 {
+		return nil, fmt.Errorf("ncclcomm: New: %w: bad options (algorithm %v, accumulate %v, gather %v, chunk %d, IPC %d bytes, IPC timeout %v)",
+			detcoll.ErrInvalidArgument, cfg.alg, cfg.acc, cfg.gather, cfg.chunk, cfg.ipcBytes, cfg.ipcTimeout)
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -336,6 +344,10 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 		}
 	} else {
 		_ = c.host.Barrier(ctx)
+	}
+	if err := c.setupIPC(ctx); err != nil {
+		c.closeLocal()
+		return nil, err
 	}
 	return c, nil
 }
@@ -441,6 +453,10 @@ func (c *Comm) agreeDevices(ctx context.Context, lerr error) error {
 }
 
 func (c *Comm) closeLocal() {
+	if c.ipc != nil {
+		c.dev.Do(func() error { return c.ipc.free() })
+		c.ipc = nil
+	}
 	if c.dev == nil {
 		if c.host != nil {
 			c.host.Close()
@@ -525,8 +541,16 @@ func (c *Comm) AsyncError() error {
 }
 
 // Synchronize waits on the host for the work queued on the communicator's
-// own stream.
-func (c *Comm) Synchronize() error { return c.dev.Synchronize(c.stream) }
+// own stream. It also reports (and poisons the communicator with) a failure
+// that a peer-memory kernel recorded, such as ErrIPCTimeout.
+func (c *Comm) Synchronize() error {
+	if err := c.dev.Synchronize(c.stream); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ipcCheck("Synchronize")
+}
 
 // Alloc allocates device memory on this rank's GPU as a Buffer; free it with
 // Free before Close.
@@ -618,6 +642,9 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.poison != nil {
+		c.ipc.abort() // no kernel of ours may keep waiting for a peer
+	}
 	var errs []error
 	errs = append(errs, c.dev.Do(func() error {
 		var errs []error
@@ -625,6 +652,11 @@ func (c *Comm) Close() error {
 			errs = append(errs, c.lastStream.Synchronize())
 		}
 		errs = append(errs, c.stream.Synchronize())
+		return errors.Join(errs...)
+	}))
+	errs = append(errs, c.closeIPC())
+	errs = append(errs, c.dev.Do(func() error {
+		var errs []error
 		if c.nc != nil {
 			if c.poison != nil {
 				errs = append(errs, c.nc.Abort())
@@ -831,11 +863,43 @@ func (c *Comm) resolve(opts []CallOption, bytes int) callConfig {
 			cc.acc = o.acc
 		}
 	}
-	if cc.alg == detcoll.Auto {
+	switch {
+	case cc.alg == detcoll.Auto && c.ipc != nil && bytes <= AutoOneShotBytes:
+		cc.alg = detcoll.OneShot
+	case cc.alg == detcoll.Auto && c.ipc != nil && (AutoIPCReduceBytes == 0 || bytes <= AutoIPCReduceBytes):
+		cc.alg = detcoll.TwoShot
+	case cc.alg == detcoll.Auto:
 		cc.alg = detcoll.GatherTree
 		if (c.size > 2 && bytes >= AutoA2ABytes) || (c.size == 2 && bytes >= AutoA2ABytesTwoRanks) {
 			cc.alg = detcoll.A2ATree
 		}
+	}
+	if c.ipc == nil {
+		// No peer memory: one_shot and two_shot run as their NCCL twins,
+		// which move the same bytes (same bits, as always).
+		cc.alg = cc.alg.Transport()
+	}
+	return cc
+}
+
+// resolveAG is resolve for the all-gathers: peer memory (recorded as
+// OneShot) for one_shot, two_shot and, up to AutoIPCGatherBytes, auto;
+// NCCL (recorded as GatherTree) otherwise.
+func (c *Comm) resolveAG(opts []CallOption, bytes int) callConfig {
+	cc := c.resolve(opts, -1)
+	auto := c.cfg.alg == detcoll.Auto
+	for _, o := range opts {
+		if o.what == optAlg {
+			auto = o.alg == detcoll.Auto
+		}
+	}
+	ipc := c.ipc != nil && (cc.alg == detcoll.OneShot || cc.alg == detcoll.TwoShot)
+	if auto {
+		ipc = c.ipc != nil && (AutoIPCGatherBytes == 0 || bytes <= AutoIPCGatherBytes)
+	}
+	cc.alg = detcoll.GatherTree
+	if ipc {
+		cc.alg = detcoll.OneShot
 	}
 	return cc
 }
@@ -845,7 +909,7 @@ func (c *Comm) resolve(opts []CallOption, bytes int) callConfig {
 // group, while gather_tree receives every rank's whole input. Measured on
 // two H200s it is as fast or faster at every size (16 MiB: 63 µs against
 // 92 µs; docs/benchmarks/cuda-h200x2-2026-11-29.md).
-func (c *Comm) resolveRS(opts []CallOption) callConfig {
+func (c *Comm) resolveRS(opts []CallOption, bytes int) callConfig {
 	cc := c.resolve(opts, 0)
 	auto := c.cfg.alg == detcoll.Auto
 	for _, o := range opts {
@@ -855,6 +919,9 @@ func (c *Comm) resolveRS(opts []CallOption) callConfig {
 	}
 	if auto {
 		cc.alg = detcoll.A2ATree
+	}
+	if c.ipc != nil && (cc.alg == detcoll.OneShot || (auto && (AutoIPCReduceBytes == 0 || bytes <= AutoIPCReduceBytes))) {
+		cc.alg = detcoll.TwoShot // the one peer-memory reduce-scatter
 	}
 	return cc
 }
@@ -870,6 +937,9 @@ func (c *Comm) run(ctx context.Context, op string, cc callConfig, usesWS bool, c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(op); err != nil {
+		return err
+	}
+	if err := c.ipcCheck(op); err != nil {
 		return err
 	}
 	sig, err := check()

@@ -133,7 +133,7 @@ func TestGPUVerifyVariants(t *testing.T) {
 			if v.generic {
 				t.Setenv(FastReduceEnv, "0")
 			}
-			c, err := New(ctx, job, WithGather(v.gather), WithChunkBytes(v.chunk))
+			c, err := New(ctx, job, WithGather(v.gather), WithChunkBytes(v.chunk), WithIPC(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func TestGPUGraphReplay(t *testing.T) {
 		if err := c.AllReduce(ctx, in, outs[1], count, dtype.BF16, OnStream(s), WithAlgorithm(detcoll.GatherTree)); err != nil {
 			return err
 		}
-		return c.AllGather(ctx, in, outs[2], count, dtype.BF16, OnStream(s))
+		return c.AllGather(ctx, in, outs[2], count, dtype.BF16, OnStream(s), WithAlgorithm(detcoll.GatherTree))
 	}
 	before := c.Stats().Captured
 	for _, o := range outs { // the bytes no collective writes compare equal too

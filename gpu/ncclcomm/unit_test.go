@@ -238,10 +238,10 @@ func TestNewWithoutGPU(t *testing.T) {
 func TestReduceScatterAutoIsA2A(t *testing.T) {
 	for _, w := range []int{2, 3, 8} {
 		c := &Comm{size: w, cfg: config{alg: detcoll.Auto}}
-		if cc := c.resolveRS(nil); cc.alg != detcoll.A2ATree {
+		if cc := c.resolveRS(nil, 0); cc.alg != detcoll.A2ATree {
 			t.Fatalf("W=%d: Auto reduce-scatter resolved to %v", w, cc.alg)
 		}
-		if cc := c.resolveRS([]CallOption{WithAlgorithm(detcoll.GatherTree)}); cc.alg != detcoll.GatherTree {
+		if cc := c.resolveRS([]CallOption{WithAlgorithm(detcoll.GatherTree)}, 0); cc.alg != detcoll.GatherTree {
 			t.Fatalf("W=%d: a forced gather_tree became %v", w, cc.alg)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,7 +26,10 @@ type VerifyOptions struct {
 	// Counts, in elements: AllReduce's count, AllGather's send count,
 	// ReduceScatter's receive count (default 1, 7, 1009, 65537, 1000003).
 	Counts []int
-	// Algorithms of the reductions (default gather_tree and a2a_tree).
+	// Algorithms of the reductions (default gather_tree and a2a_tree, plus
+	// one_shot and two_shot when the peer-memory path is on). AllGather
+	// runs over NCCL when the list has gather_tree or a2a_tree and over
+	// peer memory when it has one_shot or two_shot.
 	Algorithms []detcoll.Algorithm
 	// Accumulate modes for bf16 and fp16 (default native).
 	Accumulate []detcoll.Accumulate
@@ -96,7 +100,23 @@ func VerifyJob(ctx context.Context, job *cluster.Job, opt VerifyOptions) ([]Resu
 // returns one Result per check; the error is for failures that stop the
 // run (a collective that fails poisons the communicator).
 func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
+	if opt.Algorithms == nil {
+		opt.Algorithms = []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree}
+		if on, _ := c.IPC(); on {
+			opt.Algorithms = append(opt.Algorithms, detcoll.OneShot, detcoll.TwoShot)
+		}
+	}
 	opt = opt.withDefaults()
+	var agAlgs []detcoll.Algorithm // GatherTree: NCCL, OneShot: peer memory
+	for _, a := range opt.Algorithms {
+		ag := detcoll.GatherTree
+		if a == detcoll.OneShot || a == detcoll.TwoShot {
+			ag = detcoll.OneShot
+		}
+		if !slices.Contains(agAlgs, ag) {
+			agAlgs = append(agAlgs, ag)
+		}
+	}
 	v := &verifier{c: c, opt: opt, dev: c.Device()}
 	var err error
 	if v.other, err = v.dev.NewStream(); err != nil {
@@ -120,7 +140,9 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 						vcase{op: opReduceScatter, dt: dt, acc: acc, alg: alg, counts: []int{n}})
 				}
 			}
-			cases = append(cases, vcase{op: opAllGather, dt: dt, counts: []int{n}})
+			for _, ag := range agAlgs {
+				cases = append(cases, vcase{op: opAllGather, dt: dt, alg: ag, counts: []int{n}})
+			}
 		}
 	}
 	// In place, lanes and graphs on a few shapes.
@@ -139,14 +161,16 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 				vcase{op: opReduceScatter, dt: dtype.FP32, alg: alg, counts: []int{4099}, graph: true})
 		}
 	}
-	cases = append(cases, vcase{op: opAllGather, dt: dtype.FP16, counts: []int{65537}, inPlace: true})
-	if !opt.NoLanes {
-		cases = append(cases,
-			vcase{op: opAllGatherMany, dt: dtype.BF16, counts: []int{5, 0, 65536, 1}},
-			vcase{op: opAllGatherMany, dt: dtype.Byte, counts: []int{3, 1 << 20}})
-	}
-	if !opt.NoGraph {
-		cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, counts: []int{12345}, graph: true})
+	for _, ag := range agAlgs {
+		cases = append(cases, vcase{op: opAllGather, dt: dtype.FP16, alg: ag, counts: []int{65537}, inPlace: true})
+		if !opt.NoLanes {
+			cases = append(cases,
+				vcase{op: opAllGatherMany, dt: dtype.BF16, alg: ag, counts: []int{5, 0, 65536, 1}},
+				vcase{op: opAllGatherMany, dt: dtype.Byte, alg: ag, counts: []int{3, 1 << 20}})
+		}
+		if !opt.NoGraph {
+			cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{12345}, graph: true})
+		}
 	}
 	if opt.LargeBytes > 0 {
 		n := opt.LargeBytes / 2
@@ -155,7 +179,9 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 				vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{n}},
 				vcase{op: opReduceScatter, dt: dtype.BF16, alg: alg, counts: []int{n / c.Size()}})
 		}
-		cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, counts: []int{n}})
+		for _, ag := range agAlgs {
+			cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{n}})
+		}
 	}
 	var results []Result
 	for i, vc := range cases {
@@ -208,6 +234,8 @@ type vcase struct {
 func (vc vcase) name() string {
 	s := fmt.Sprintf("%s %v", opNames[vc.op], vc.dt)
 	switch vc.op {
+	case opAllGather, opAllGatherMany:
+		s += " " + vc.algName()
 	case opAllReduce, opReduceScatter, opReduceScatterMany:
 		s += " " + vc.alg.String()
 		if vc.dt.Size() == 2 && vc.acc != detcoll.AccumulateNative {
@@ -226,6 +254,19 @@ func (vc vcase) name() string {
 		s += " graph-replay"
 	}
 	return s
+}
+
+// algName is the algorithm column: AllGather has "nccl" and "ipc".
+func (vc vcase) algName() string {
+	switch {
+	case vc.op != opAllGather && vc.op != opAllGatherMany:
+		return vc.alg.String()
+	case vc.alg == detcoll.OneShot || vc.alg == detcoll.TwoShot:
+		return "ipc"
+	case vc.alg == detcoll.Auto:
+		return "auto"
+	}
+	return "nccl"
 }
 
 type verifier struct {
@@ -252,9 +293,7 @@ type vlane struct {
 func (v *verifier) run(ctx context.Context, vc vcase) (res Result) {
 	start := time.Now()
 	res = Result{Case: vc.name(), Operation: opNames[vc.op], DType: vc.dt.String(), Counts: vc.counts, Repeats: v.opt.Repeats, Bitwise: true, Stable: true}
-	if vc.op != opAllGather && vc.op != opAllGatherMany {
-		res.Algorithm = vc.alg.String()
-	}
+	res.Algorithm = vc.algName()
 	defer func() { res.Elapsed = time.Since(start) }()
 	lanes, err := v.prepare(vc)
 	defer func() {

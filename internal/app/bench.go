@@ -142,6 +142,14 @@ func Bench(ctx context.Context, o BenchOptions) error {
 	if rank != 0 {
 		return nil
 	}
+	if x, ok := backend.(interface{ ReportExtra() map[string]any }); ok {
+		for k, v := range x.ReportExtra() {
+			if rep.Extra == nil {
+				rep.Extra = map[string]any{}
+			}
+			rep.Extra[k] = v
+		}
+	}
 	if raw > 0 || rawA2A > 0 {
 		if rep.Extra == nil {
 			rep.Extra = map[string]any{}
