@@ -1,4 +1,4 @@
-//go:build cgo && !detcoll_nodevice
+//go:build cgo && !detcoll_nodevice && (cuda || !rocm)
 
 package main
 
@@ -11,7 +11,8 @@ package main
 // cannot be (a machine without a GPU), every device call on that
 // communicator returns detcollUnsupported and the last error says which
 // library is missing. Build with -tags detcoll_nodevice to leave the
-// backend out.
+// backend out; a ROCm-only build (-tags rocm) leaves it out too and links no
+// CUDA package (docs/rocm.md).
 //
 // On its first device call, every rank of a communicator creates a
 // gpu/ncclcomm communicator over the same ranks (New: the host communicator

@@ -1,4 +1,4 @@
-//go:build cgo && !detcoll_nodevice
+//go:build cgo && !detcoll_nodevice && (cuda || !rocm)
 
 package main
 

@@ -1,18 +1,18 @@
 package gpu
 
 import (
-	_ "embed"
 	"fmt"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/gpu/kernels"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/reduce"
 )
 
-// ReduceSource is the CUDA C source of the reduce kernels.
-//
-//go:embed kernels/reduce.cu
-var ReduceSource string
+// ReduceSource is the CUDA C source of the reduce kernels
+// (gpu/kernels/reduce.cu, shared with the ROCm backend, which compiles it
+// with hiprtc).
+var ReduceSource = kernels.ReduceSource
 
 // Limits of the reduce kernels.
 const (

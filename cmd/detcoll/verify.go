@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/detcoll/detcoll"
-	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/internal/app"
 	"github.com/detcoll/detcoll/launch"
 )
@@ -56,7 +55,7 @@ pass/fail table and exits non-zero on any mismatch. Run it on a new cluster.`,
 	cmd.Flags().StringSliceVar(&worlds, "world-sizes", []string{"1,2,3,4,5,8"}, "world sizes of the in-process groups")
 	cmd.Flags().StringSliceVar(&transports, "transports", []string{"inproc,tcp"}, "host transports to check")
 	cmd.Flags().StringSliceVar(&counts, "counts", nil, "element counts per rank (default 1 7 1031 65537)")
-	cmd.Flags().StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "under a launcher: the device whose job collectives to check (auto, cpu, cuda) [DETCOLL_DEVICE]")
+	cmd.Flags().StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "under a launcher: the device whose job collectives to check (auto, cpu, cuda; rocm has no verifier yet) [DETCOLL_DEVICE]")
 	return cmd
 }
 
@@ -69,11 +68,13 @@ func envCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lenv, lerr := launch.FromEnv(os.Getenv)
 			if asJSON {
-				info := gpu.Probe()
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
-					"detcoll_version": version, "contract": detcoll.ContractVersion, "go": runtime.Version(),
-					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": lenv, "gpu": info,
-				})
+				// "gpu" (NVIDIA) and "rocm" (AMD) are there when the build has them.
+				m := app.EnvJSON()
+				for k, v := range map[string]any{"detcoll_version": version, "contract": detcoll.ContractVersion, "go": runtime.Version(),
+					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": lenv} {
+					m[k] = v
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(m)
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "detcoll %s, contract %s, %s %s/%s, GOMAXPROCS=%d\n", version, detcoll.ContractVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0))
@@ -83,7 +84,7 @@ func envCmd() *cobra.Command {
 				fmt.Fprintf(w, "launcher environment: %s: rank %d of %d (local %d of %d), store %q\n", lenv.Source, lenv.Rank, lenv.WorldSize, lenv.LocalRank, lenv.LocalWorldSize, lenv.StoreAddr)
 			}
 			fmt.Fprintln(w, "host transports: inproc, tcp")
-			fmt.Fprint(w, app.CUDAEnvReport())
+			fmt.Fprint(w, app.EnvReport())
 			return nil
 		},
 	}

@@ -8,7 +8,7 @@
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
 #   CGO_ENABLED=1 go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
 #
-# STEPS (default "machine tests eager graph"; also "blocks": the grid sweep,
+# STEPS (default "machine tests eager graph"; also "sweep": the grid sweep,
 # "alltests": every GPU test of the package). Outputs in $OUT; a summary
 # table (docs/benchmarks/ipc_summary.py) is printed last.
 set -u -o pipefail
@@ -50,10 +50,36 @@ bench() { # name, extra flags...
 }
 step eager && bench eager
 step graph && bench graph --graph
-if step blocks; then
-	for b in ${BLOCKS:-16 32 64 128}; do
-		DETCOLL_IPC_BLOCKS=$b SIZES="16777216 268435456" ITERS=20 SAMPLES=5 ALGS=two_shot bench blocks-$b --graph
+if step sweep; then
+	# In CUDA graphs: LL lines on/off for small messages, the one-shot/two-shot
+	# threshold, and the most blocks of large messages. Reports in sweep.tar.gz.
+	mkdir -p "$OUT/sweep"
+	for ll in 0 524288; do
+		(export ITERS=20 SAMPLES=5 WARMUP=5 DETCOLL_IPC_LL_BYTES=$ll SIZES="4096 16384 65536 262144 524288" ALGS=one_shot
+		 bench sweep/ll-$ll --graph)
 	done
+	(export ITERS=20 SAMPLES=5 WARMUP=5 SIZES="1048576 2097152 4194304 8388608" ALGS=one_shot,two_shot
+	 bench sweep/oneshot --graph --operations all_reduce)
+	for b in ${BLOCKS:-16 24 48}; do
+		(export ITERS=10 SAMPLES=5 WARMUP=3 DETCOLL_IPC_BLOCKS=$b SIZES="67108864 268435456" ALGS=two_shot
+		 bench sweep/blocks-$b --graph)
+	done
+	for f in "$OUT"/sweep/*.json; do python3 docs/benchmarks/ipc_summary.py "$f"; done > "$OUT/sweep-summary.txt"
+	tar -C "$OUT" -czf "$OUT/sweep.tar.gz" sweep && rm -rf "$OUT/sweep"
+	cat "$OUT/sweep-summary.txt"
 fi
-for f in "$OUT"/*.json; do [ -e "$f" ] && python3 docs/benchmarks/ipc_summary.py "$f"; done
+if step large; then
+	# Large messages: most blocks and capacity, A/B in one run (graphs).
+	mkdir -p "$OUT/sweep"
+	for v in "32 67108864" "64 67108864" "32 68157440" "64 68157440"; do
+		set -- $v
+		(export ITERS=20 SAMPLES=5 WARMUP=5 DETCOLL_IPC_BLOCKS=$1 DETCOLL_IPC_BYTES=$2 SIZES="16777216 67108864 268435456" ALGS=two_shot
+		 bench sweep/large-$1-$2 --graph)
+	done
+	for f in "$OUT"/sweep/*.json; do python3 docs/benchmarks/ipc_summary.py "$f"; done > "$OUT/sweep-summary.txt"
+	tar -C "$OUT" -czf "$OUT/sweep.tar.gz" sweep && rm -rf "$OUT/sweep"
+	cat "$OUT/sweep-summary.txt"
+fi
+for f in "$OUT"/*.json; do [ -e "$f" ] && python3 docs/benchmarks/ipc_summary.py "$f"; done > "$OUT/summary.txt"
+cat "$OUT/summary.txt"
 exit $rc

@@ -1,10 +1,14 @@
 // detcoll deterministic reduce kernels (DESIGN.md sections 2 and 3).
 //
-// Compiled at run time by NVRTC (and later hiprtc) with no headers at all:
+// Compiled at run time by NVRTC, and by hiprtc for AMD GPUs (ROCm: same
+// source, internal/hiprtc), with no headers at all:
 // every 16-bit conversion below is written out in integer code, round to
 // nearest even, subnormals kept, overflow to infinity, NaN canonical. Every
 // addition is __fadd_rn / __dadd_rn (never contracted into an FMA), and the
-// program is compiled with --ftz=false --fmad=false.
+// program is compiled with --ftz=false --fmad=false (NVRTC) or
+// -ffp-contract=off -fno-fast-math -fno-gpu-flush-denormals-to-zero
+// (hiprtc). Nothing depends on the warp/wavefront size (32 on NVIDIA, 64 on
+// AMD CDNA): each thread reduces its own items, with no cross-lane operation.
 //
 // Kernel: detcoll_reduce_<type>(out, src, list, w, count, head, nvec)
 //   <type>  bf16_native, bf16_f32, fp16_native, fp16_f32, fp32, fp64
@@ -165,8 +169,17 @@ struct dc_fp64 {
 
 // ---- N elements at a time: N = 16/SZ (one 16-byte vector) or 1 ----
 
+// The 16-byte vector: CUDA's uint4; under HIP a clang vector of four
+// unsigned ints (HIP's uint4 has user-defined copy operations, which C++
+// does not allow in a union), loaded and stored as one 16-byte access too.
+#if defined(__HIPCC__) || defined(__HIP__)
+typedef unsigned int dc_vec4 __attribute__((ext_vector_type(4)));
+#else
+typedef uint4 dc_vec4;
+#endif
+
 union dc_v16 {
-    uint4 v;
+    dc_vec4 v;
     dc_u16 h[8];
     dc_u32 w[4];
     dc_u64 d[2];
@@ -184,7 +197,7 @@ struct dc_io {  // one 16-byte vector
     typedef dc_v16 raw;
     static __device__ __forceinline__ raw load(const char* p) {
         dc_v16 u;
-        u.v = *reinterpret_cast<const uint4*>(p);
+        u.v = *reinterpret_cast<const dc_vec4*>(p);
         return u;
     }
     static __device__ __forceinline__ void widen(const raw& u, typename T::acc* c) {
@@ -195,7 +208,7 @@ struct dc_io {  // one 16-byte vector
         dc_v16 u;
 #pragma unroll
         for (int j = 0; j < N; ++j) dc_set(u, j, T::narrow(c[j]));
-        *reinterpret_cast<uint4*>(p) = u.v;
+        *reinterpret_cast<dc_vec4*>(p) = u.v;
     }
 };
 

@@ -36,21 +36,28 @@ const (
 	// IPCTimeoutEnv bounds every device-side wait for a peer (a Go
 	// duration, e.g. 30s).
 	IPCTimeoutEnv = "DETCOLL_IPC_TIMEOUT"
-	// IPCBlocksEnv caps the blocks of one IPC kernel (1..128).
+	// IPCBlocksEnv caps the blocks of one IPC kernel (1..256).
 	IPCBlocksEnv = "DETCOLL_IPC_BLOCKS"
 	// IPCBlockBytesEnv is the bytes each block moves, which sets the grid
 	// of smaller messages.
 	IPCBlockBytesEnv = "DETCOLL_IPC_BLOCK_BYTES"
+	// IPCLLBytesEnv overrides AutoLLBytes (0: never LL).
+	IPCLLBytesEnv = "DETCOLL_IPC_LL_BYTES"
+	// IPCOneShotBytesEnv overrides AutoOneShotBytes.
+	IPCOneShotBytesEnv = "DETCOLL_IPC_ONE_SHOT_BYTES"
 )
 
 const (
 	ipcMaxW = 8   // DC_IPC_MAXW: the largest node the kernels serve
-	ipcMaxB = 128 // DC_IPC_MAXB: blocks per launch (flags are per block)
+	ipcMaxB = 256 // DC_IPC_MAXB: blocks per launch (flags are per block)
 	// IPCHeaderBytes is the control area (flags, sequence counter, error
 	// word) before the two halves of every staging allocation.
-	IPCHeaderBytes = 16384
+	IPCHeaderBytes = 32768
 	ipcThreads     = 512
-	ipcArgBytes    = 152 // sizeof(struct dc_ipc)
+	ipcArgBytes    = 160 // sizeof(struct dc_ipc)
+	// ipcLLMaxBytes is the largest message (bytes of one rank's input) the
+	// LL kernels take; their area of a half is at most a quarter of it.
+	ipcLLMaxBytes = 512 << 10
 	// minIPCBytes is the smallest capacity accepted.
 	minIPCBytes = 64 << 10
 )
@@ -67,7 +74,7 @@ var DefaultIPCTimeout = 30 * time.Second
 var (
 	// AutoOneShotBytes: AllReduce up to this size runs one-shot, above it
 	// two-shot.
-	AutoOneShotBytes = 512 << 10
+	AutoOneShotBytes = 1 << 20
 	// AutoIPCReduceBytes: AllReduce and ReduceScatter above this size use
 	// NCCL (a2a_tree) instead of peer memory; 0 means never.
 	AutoIPCReduceBytes = 0
@@ -79,8 +86,8 @@ var (
 // ipcDefaultMaxBlocks and ipcDefaultBlockBytes shape the grid (see
 // IPCBlocksEnv, IPCBlockBytesEnv).
 var (
-	ipcDefaultMaxBlocks  = 64
-	ipcDefaultBlockBytes = 64 << 10
+	ipcDefaultMaxBlocks  = 128
+	ipcDefaultBlockBytes = 16 << 10
 )
 
 // WithIPC sets the staging capacity of the peer-memory path in bytes (one
@@ -104,15 +111,20 @@ var ErrIPCAborted = errors.New("IPC waits aborted by the host")
 type ipcOp uint8
 
 const (
-	ipcAR1 ipcOp = iota // one-shot AllReduce
-	ipcAR2              // two-shot AllReduce
-	ipcRS               // ReduceScatter
-	ipcAG               // AllGather
+	ipcAR1   ipcOp = iota // one-shot AllReduce
+	ipcAR2                // two-shot AllReduce
+	ipcRS                 // ReduceScatter
+	ipcAG                 // AllGather
+	ipcAR1LL              // one-shot AllReduce, LL lines
+	ipcRSLL               // ReduceScatter, LL lines
+	ipcAGLL               // AllGather, LL lines
 )
 
 func (o ipcOp) String() string {
-	return [...]string{"one_shot", "two_shot", "reduce_scatter", "all_gather"}[o]
+	return [...]string{"one_shot", "two_shot", "reduce_scatter", "all_gather", "one_shot_ll", "reduce_scatter_ll", "all_gather_ll"}[o]
 }
+
+func (o ipcOp) ll() bool { return o >= ipcAR1LL }
 
 // ipcGeom is the capacity and grid shape, the same on every rank.
 type ipcGeom struct {
@@ -120,6 +132,8 @@ type ipcGeom struct {
 	capacity   int // bytes of one half
 	maxBlocks  int
 	blockBytes int
+	llBytes    int // the LL kernels up to this message size (and llMax)
+	oneShot    int // Auto AllReduce: one-shot up to this size
 }
 
 // ipcPiece is one kernel launch of a collective.
@@ -127,21 +141,37 @@ type ipcPiece struct {
 	off   int // element offset (AG: byte offset) of the piece
 	count int // the kernel's count: elements (AG: bytes)
 	slot  int // bytes of one staging slot
+	base  int // offset of slot 0 in a half
 	grid  int
 }
 
 func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
+// llSlot is the bytes of one LL slot; the LL area of a half is the last
+// (W-1) slots.
+func (g ipcGeom) llSlot() int {
+	return min(g.capacity/4/(g.w-1)&^255, 2*ipcLLMaxBytes)
+}
+
+// llBase is the offset of the LL area in a half.
+func (g ipcGeom) llBase() int { return g.capacity - (g.w-1)*g.llSlot() }
+
+// llMax is the largest message (bytes per rank) of one LL launch.
+func (g ipcGeom) llMax() int { return g.llSlot() / 2 &^ 7 }
+
 // pieceMax is the most elements (AG: bytes) one launch of op can take.
 func (g ipcGeom) pieceMax(op ipcOp, sz int) int {
+	main := g.llBase()
 	switch op {
 	case ipcAR2:
-		slot := g.capacity / (2 * (g.w - 1)) &^ 255
+		slot := main / (2 * (g.w - 1)) &^ 255
 		return slot / 16 * g.w * (16 / sz)
 	case ipcAG:
-		return g.capacity / (g.w - 1) &^ 255
+		return main / (g.w - 1) &^ 255
+	case ipcAR1LL, ipcRSLL, ipcAGLL:
+		return g.llMax() / sz
 	}
-	return (g.capacity / (g.w - 1) &^ 255) / sz
+	return (main / (g.w - 1) &^ 255) / sz
 }
 
 // pieces is the number of launches of op over total elements (AG: bytes).
@@ -173,32 +203,44 @@ func (g ipcGeom) piece(op ipcOp, sz, total, i int) ipcPiece {
 	case ipcAG:
 		p.slot = roundUp(p.count, 256)
 		moved = p.count * (g.w - 1)
+	case ipcAR1LL, ipcRSLL, ipcAGLL:
+		p.slot = g.llSlot()
+		p.base = g.llBase()
+		moved = 2 * p.count * sz * (g.w - 1)
 	}
 	p.grid = max(1, min(g.maxBlocks, (moved+g.blockBytes-1)/g.blockBytes))
+	if op.ll() {
+		// Latency first: one 8-byte chunk per thread, up to every flag slot.
+		chunks := (p.count*sz + 7) / 8
+		p.grid = max(1, min(ipcMaxB, (chunks+ipcThreads-1)/ipcThreads))
+	}
 	return p
 }
 
 // ipcKernelName is the kernel of op for dt and acc.
 func ipcKernelName(op ipcOp, dt dtype.DType, acc detcoll.Accumulate) string {
-	if op == ipcAG {
+	switch op {
+	case ipcAG:
 		return "detcoll_ipc_ag"
+	case ipcAGLL:
+		return "detcoll_ipc_agll"
 	}
 	v := dt.String()
 	if dt == dtype.BF16 || dt == dtype.FP16 {
 		v += "_" + acc.String()
 	}
-	return fmt.Sprintf("detcoll_ipc_%s_%s", [...]string{"ar1", "ar2", "rs"}[op], v)
+	return fmt.Sprintf("detcoll_ipc_%s_%s", [...]string{"ar1", "ar2", "rs", "", "ar1ll", "rsll"}[op], v)
 }
 
 func ipcKernelNames() []string {
-	names := []string{ipcKernelName(ipcAG, 0, 0)}
+	names := []string{ipcKernelName(ipcAG, 0, 0), ipcKernelName(ipcAGLL, 0, 0)}
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.FP16, dtype.FP32, dtype.FP64} {
 		accs := []detcoll.Accumulate{detcoll.AccumulateNative}
 		if dt.Size() == 2 {
 			accs = append(accs, detcoll.AccumulateF32)
 		}
 		for _, acc := range accs {
-			for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS} {
+			for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAR1LL, ipcRSLL} {
 				names = append(names, ipcKernelName(op, dt, acc))
 			}
 		}
@@ -213,14 +255,14 @@ func ipcProgram(w int) string {
 
 // ipcArgs lays out struct dc_ipc.
 type ipcArgs struct {
-	stage               [ipcMaxW]DevicePtr
-	in, out             DevicePtr
-	count               int64
-	inStride, outStride int64
-	capacity, slot      int64
-	timeoutNS           int64
-	herr, habort        DevicePtr
-	rank, w             int32
+	stage                [ipcMaxW]DevicePtr
+	in, out              DevicePtr
+	count                int64
+	inStride, outStride  int64
+	capacity, slot, base int64
+	timeoutNS            int64
+	herr, habort         DevicePtr
+	rank, w              int32
 }
 
 func (a *ipcArgs) encode(b []byte) {
@@ -230,7 +272,7 @@ func (a *ipcArgs) encode(b []byte) {
 	}
 	o := 8 * ipcMaxW
 	for _, v := range []uint64{uint64(a.in), uint64(a.out), uint64(a.count), uint64(a.inStride), uint64(a.outStride),
-		uint64(a.capacity), uint64(a.slot), uint64(a.timeoutNS), uint64(a.herr), uint64(a.habort)} {
+		uint64(a.capacity), uint64(a.slot), uint64(a.base), uint64(a.timeoutNS), uint64(a.herr), uint64(a.habort)} {
 		le.PutUint64(b[o:], v)
 		o += 8
 	}
@@ -293,7 +335,15 @@ func envInt(name string, def, lo, hi int) (int, error) {
 }
 
 // ipcRecord is what every rank publishes at set-up.
-const ipcRecordBytes = 1 + 64 + 16 + 64 + 8
+const ipcRecordBytes = 1 + 64 + 16 + 64 + 8 + 5*8
+
+// encode writes the geometry, which every rank must share (the grid and
+// the slots of every launch follow from it).
+func (g ipcGeom) encode(b []byte) {
+	for i, v := range []int{g.capacity, g.maxBlocks, g.blockBytes, g.llBytes, g.oneShot} {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(v))
+	}
+}
 
 // setupIPC builds the peer-memory path when every rank is on one host,
 // every pair of GPUs has peer access and every rank could allocate and
@@ -324,7 +374,16 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
-	st := &ipcState{geom: ipcGeom{w: w, capacity: c.cfg.ipcBytes &^ 255, maxBlocks: maxB, blockBytes: blockBytes}, timeout: c.cfg.ipcTimeout}
+	llBytes, err := envInt(IPCLLBytesEnv, AutoLLBytes, 0, 1<<30)
+	if err != nil {
+		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+	}
+	oneShot, err := envInt(IPCOneShotBytesEnv, AutoOneShotBytes, 0, 1<<40)
+	if err != nil {
+		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+	}
+	st := &ipcState{geom: ipcGeom{w: w, capacity: c.cfg.ipcBytes &^ 255, maxBlocks: maxB, blockBytes: blockBytes,
+		llBytes: llBytes, oneShot: oneShot}, timeout: c.cfg.ipcTimeout}
 
 	// Round 1: allocate, export, publish host, GPU and handle.
 	mine := make([]byte, ipcRecordBytes)
@@ -340,6 +399,7 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 			}
 			copy(mine[81:145], h[:])
 			binary.LittleEndian.PutUint64(mine[145:], uint64(os.Getpid()))
+			st.geom.encode(mine[153:])
 		}
 	}
 	all := make([]byte, ipcRecordBytes*w)
@@ -360,6 +420,10 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 			why = fmt.Sprintf("ranks on more than one host (rank %d on %q)", p, strings.TrimRight(string(r[1:65]), "\x00"))
 		case p != c.rank && binary.LittleEndian.Uint64(r[145:]) == uint64(os.Getpid()):
 			why = "two ranks in one process (CUDA IPC needs one process per GPU)"
+		case string(r[153:]) != string(mine[153:]):
+			c.dev.Do(func() error { st.free(); return nil })
+			return fmt.Errorf("ncclcomm: New: %w: rank %d has another IPC configuration than rank %d (capacity, %s, %s, %s, %s must agree)",
+				detcoll.ErrInvalidArgument, p, c.rank, IPCBlocksEnv, IPCBlockBytesEnv, IPCLLBytesEnv, IPCOneShotBytesEnv)
 		}
 	}
 	// Round 2: every peer's GPU visible here with peer access, and its
@@ -544,54 +608,63 @@ func (st *ipcState) launch(s Stream, name string, grid int) error {
 	return cuda.LaunchKernel(fn, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: ipcThreads, Y: 1, Z: 1}, 0, s, &st.args)
 }
 
-// allReduceIPC enqueues a one-shot (two == false) or two-shot AllReduce.
-func (c *Comm) allReduceIPC(s Stream, send, recv DevicePtr, count int, dt dtype.DType, acc detcoll.Accumulate, two bool) error {
-	st, sz := c.ipc, dt.Size()
-	op := ipcAR1
-	if two {
-		op = ipcAR2
-	}
+// AutoLLBytes: one-shot AllReduce, ReduceScatter and AllGather messages
+// up to this size (bytes of one rank's input, and within the LL area) use
+// the LL kernels.
+var AutoLLBytes = 256 << 10
+
+// ipcRun enqueues op over total elements of esz bytes (AG: bytes, esz 1)
+// in pieces; inStride and outStride are the RS input and AG output block
+// strides in bytes. Called inside c.dev.Do with c.mu held.
+func (c *Comm) ipcRun(s Stream, op ipcOp, dt dtype.DType, acc detcoll.Accumulate, send, recv DevicePtr, total, esz, inStride, outStride int) error {
+	st := c.ipc
 	name := ipcKernelName(op, dt, acc)
-	for i, k := 0, st.geom.pieces(op, sz, count); i < k; i++ {
-		p := st.geom.piece(op, sz, count, i)
-		st.a.in, st.a.out = send.Add(p.off*sz), recv.Add(p.off*sz)
-		st.a.count, st.a.slot, st.a.inStride, st.a.outStride = int64(p.count), int64(p.slot), 0, 0
+	for i, k := 0, st.geom.pieces(op, esz, total); i < k; i++ {
+		p := st.geom.piece(op, esz, total, i)
+		st.a.in, st.a.out = send.Add(p.off*esz), recv.Add(p.off*esz)
+		st.a.count, st.a.slot, st.a.base = int64(p.count), int64(p.slot), int64(p.base)
+		st.a.inStride, st.a.outStride = int64(inStride), int64(outStride)
 		if err := st.launch(s, name, p.grid); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// useLL reports whether a message of n bytes per rank goes through the LL
+// kernels.
+func (c *Comm) useLL(n int) bool { return n <= c.ipc.geom.llBytes && n <= c.ipc.geom.llMax() }
+
+// allReduceIPC enqueues a one-shot (LL for small messages) or a two-shot
+// AllReduce.
+func (c *Comm) allReduceIPC(s Stream, send, recv DevicePtr, count int, dt dtype.DType, acc detcoll.Accumulate, two bool) error {
+	op := ipcAR1
+	switch {
+	case two:
+		op = ipcAR2
+	case c.useLL(count * dt.Size()):
+		op = ipcAR1LL
+	}
+	return c.ipcRun(s, op, dt, acc, send, recv, count, dt.Size(), 0, 0)
 }
 
 // reduceScatterIPC enqueues the ReduceScatter of one lane: m elements per
 // block.
 func (c *Comm) reduceScatterIPC(s Stream, send, recv DevicePtr, m int, dt dtype.DType, acc detcoll.Accumulate) error {
-	st, sz := c.ipc, dt.Size()
-	name := ipcKernelName(ipcRS, dt, acc)
-	for i, k := 0, st.geom.pieces(ipcRS, sz, m); i < k; i++ {
-		p := st.geom.piece(ipcRS, sz, m, i)
-		st.a.in, st.a.out = send.Add(p.off*sz), recv.Add(p.off*sz)
-		st.a.count, st.a.slot, st.a.inStride, st.a.outStride = int64(p.count), int64(p.slot), int64(m*sz), 0
-		if err := st.launch(s, name, p.grid); err != nil {
-			return err
-		}
+	op := ipcRS
+	if c.useLL(m * dt.Size()) {
+		op = ipcRSLL
 	}
-	return nil
+	return c.ipcRun(s, op, dt, acc, send, recv, m, dt.Size(), m*dt.Size(), 0)
 }
 
 // allGatherIPC enqueues the AllGather of one lane: n bytes per rank.
 func (c *Comm) allGatherIPC(s Stream, send, recv DevicePtr, n int) error {
-	st := c.ipc
-	name := ipcKernelName(ipcAG, 0, 0)
-	for i, k := 0, st.geom.pieces(ipcAG, 1, n); i < k; i++ {
-		p := st.geom.piece(ipcAG, 1, n, i)
-		st.a.in, st.a.out = send.Add(p.off), recv.Add(p.off)
-		st.a.count, st.a.slot, st.a.inStride, st.a.outStride = int64(p.count), int64(p.slot), 0, int64(n)
-		if err := st.launch(s, name, p.grid); err != nil {
-			return err
-		}
+	op := ipcAG
+	if c.useLL(n) {
+		op = ipcAGLL
 	}
-	return nil
+	return c.ipcRun(s, op, 0, 0, send, recv, n, 1, 0, n)
 }
 
 // IPC reports whether the peer-memory path is on and, when it is not, why.

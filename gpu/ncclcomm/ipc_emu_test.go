@@ -41,7 +41,7 @@ static unsigned long long dc_emu_now_ns() {
 // stdin (int64 little endian): W, ncoll, cap, timeout_ns, dead_rank,
 // dead_coll; per collective: op, tcode, nt, in_bytes, out_bytes, in_stride,
 // out_stride, inplace, mis_in, mis_out, lag_rank, lag_us, npieces, then per
-// piece in_off, out_off, count, slot, grid; then the inputs (collective
+// piece in_off, out_off, count, slot, base, grid; then the inputs (collective
 // major, rank minor). stdout: the outputs in the same order, then each
 // rank's host error word (u32).
 const ipcEmuMain = `
@@ -54,7 +54,10 @@ template <class K> void run_block(const dc_ipc& a, int b, int g, int nt) {
 	}
 }
 template <class T, int W> blockfn pick(long long op) {
-	switch (op) { case 0: return run_block<dc_ipc_ar1<T, W> >; case 1: return run_block<dc_ipc_ar2<T, W> >; }
+	switch (op) {
+	case 0: return run_block<dc_ipc_ar1<T, W> >; case 1: return run_block<dc_ipc_ar2<T, W> >;
+	case 4: return run_block<dc_ipc_ar1ll<T, W> >; case 5: return run_block<dc_ipc_rsll<T, W> >;
+	}
 	return run_block<dc_ipc_rs<T, W> >;
 }
 template <class T> blockfn pickw(long long op, int w) {
@@ -66,6 +69,7 @@ template <class T> blockfn pickw(long long op, int w) {
 }
 static blockfn pickfn(long long op, long long tc, int w) {
 	if (op == 3) return run_block<dc_ipc_ag>;
+	if (op == 6) return run_block<dc_ipc_agll>;
 	switch (tc) {
 	case 0: return pickw<dc_bf16_native>(op, w); case 1: return pickw<dc_bf16_f32>(op, w);
 	case 2: return pickw<dc_fp16_native>(op, w); case 3: return pickw<dc_fp16_f32>(op, w);
@@ -75,7 +79,7 @@ static blockfn pickfn(long long op, long long tc, int w) {
 }
 static long long rd() { long long v; if (fread(&v, 8, 1, stdin) != 1) { fprintf(stderr, "short input\n"); exit(2); } return v; }
 static char* zalloc(long long n) { char* p = (char*)aligned_alloc(256, (n + 511) / 256 * 256); memset(p, 0, (n + 511) / 256 * 256); return p; }
-struct piece { long long in_off, out_off, count, slot, grid; };
+struct piece { long long in_off, out_off, count, slot, base, grid; };
 struct coll {
 	long long op, tc, nt, in_bytes, out_bytes, in_stride, out_stride, inplace, mis_in, mis_out, lag_rank, lag_us;
 	std::vector<piece> pieces;
@@ -88,7 +92,7 @@ int main() {
 		c.op = rd(); c.tc = rd(); c.nt = rd(); c.in_bytes = rd(); c.out_bytes = rd(); c.in_stride = rd(); c.out_stride = rd();
 		c.inplace = rd(); c.mis_in = rd(); c.mis_out = rd(); c.lag_rank = rd(); c.lag_us = rd();
 		long long np = rd();
-		for (long long i = 0; i < np; i++) { piece p; p.in_off = rd(); p.out_off = rd(); p.count = rd(); p.slot = rd(); p.grid = rd(); c.pieces.push_back(p); }
+		for (long long i = 0; i < np; i++) { piece p; p.in_off = rd(); p.out_off = rd(); p.count = rd(); p.slot = rd(); p.base = rd(); p.grid = rd(); c.pieces.push_back(p); }
 	}
 	for (auto& c : cs) {
 		for (int r = 0; r < w; r++) {
@@ -117,7 +121,7 @@ int main() {
 					for (int q = 0; q < w; q++) a.stage[q] = stage[q];
 					a.in = c.in[r] + p.in_off; a.out = c.out[r] + p.out_off;
 					a.count = p.count; a.in_stride = c.in_stride; a.out_stride = c.out_stride;
-					a.cap = cap; a.slot = p.slot; a.timeout_ns = timeout;
+					a.cap = cap; a.slot = p.slot; a.base = p.base; a.timeout_ns = timeout;
 					a.herr = &herr[r]; a.habort = &habort[r]; a.rank = r; a.w = w;
 					blockfn fn = pickfn(c.op, c.tc, w);
 					std::vector<std::thread> blocks;
@@ -197,11 +201,11 @@ func (e *emuRun) run(t *testing.T, bin string) {
 		var inB, outB, inStride, outStride, total int
 		esz := sz
 		switch c.op {
-		case ipcAR1, ipcAR2:
+		case ipcAR1, ipcAR2, ipcAR1LL:
 			inB, outB, total = c.count*sz, c.count*sz, c.count
-		case ipcRS:
+		case ipcRS, ipcRSLL:
 			inB, outB, inStride, total = e.w*c.count*sz, c.count*sz, c.count*sz, c.count
-		case ipcAG:
+		case ipcAG, ipcAGLL:
 			inB, outB, outStride, total, esz = c.count*sz, e.w*c.count*sz, c.count*sz, c.count*sz, 1
 		}
 		k := e.geom.pieces(c.op, esz, total)
@@ -225,6 +229,7 @@ func (e *emuRun) run(t *testing.T, bin string) {
 			put(p.off * esz)
 			put(p.count)
 			put(p.slot)
+			put(p.base)
 			put(p.grid)
 		}
 		for r := 0; r < e.w; r++ {
@@ -247,7 +252,7 @@ func (e *emuRun) run(t *testing.T, bin string) {
 	e.outs = make([][][]byte, len(e.colls))
 	for i, c := range e.colls {
 		n := c.count * c.dt.Size()
-		if c.op == ipcAG {
+		if c.op == ipcAG || c.op == ipcAGLL {
 			n *= e.w
 		}
 		e.outs[i] = make([][]byte, e.w)
@@ -271,13 +276,13 @@ func (e *emuRun) want(t *testing.T, c *emuColl, r int) []byte {
 	t.Helper()
 	sz := c.dt.Size()
 	switch c.op {
-	case ipcAG:
+	case ipcAG, ipcAGLL:
 		var out []byte
 		for p := 0; p < e.w; p++ {
 			out = append(out, c.in[p]...)
 		}
 		return out
-	case ipcRS:
+	case ipcRS, ipcRSLL:
 		blocks := make([][]byte, e.w)
 		for p := range blocks {
 			blocks[p] = c.in[p][r*c.count*sz : (r+1)*c.count*sz]
@@ -321,7 +326,7 @@ func (e *emuRun) check(t *testing.T, label string) {
 func emuInputs(op ipcOp, dt dtype.DType, w, count int, seed uint64) [][]byte {
 	sz := dt.Size()
 	n := count * sz
-	if op == ipcRS {
+	if op == ipcRS || op == ipcRSLL {
 		n *= w
 	}
 	in := make([][]byte, w)
@@ -363,14 +368,14 @@ func TestIPCKernelsOnHost(t *testing.T) {
 		seed := uint64(w) * 1000
 		for _, m := range emuModes {
 			for ci, count := range counts {
-				for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAG} {
+				for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAG, ipcAR1LL, ipcRSLL, ipcAGLL} {
 					seed++
 					c := &emuColl{op: op, dt: m.dt, acc: m.acc, count: count, lagRank: -1, in: emuInputs(op, m.dt, w, count, seed)}
 					switch ci % 3 {
 					case 1:
 						c.misIn, c.misOut = m.dt.Size(), m.dt.Size()
 					case 2:
-						c.inPlace = op != ipcRS
+						c.inPlace = op != ipcRS && op != ipcRSLL
 					}
 					e.colls = append(e.colls, c)
 				}
@@ -402,7 +407,7 @@ func TestIPCLaggingRankOnHost(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(w), 7))
 		for i := 0; i < 24; i++ {
 			m := emuModes[rng.IntN(len(emuModes))]
-			op := ipcOp(rng.IntN(4))
+			op := ipcOp(rng.IntN(7))
 			count := 1 + rng.IntN(3000)
 			c := &emuColl{op: op, dt: m.dt, acc: m.acc, count: count, lagRank: rng.IntN(w), lagUS: rng.IntN(3000),
 				in: emuInputs(op, m.dt, w, count, uint64(100+i))}
@@ -423,7 +428,7 @@ func TestIPCDeadPeerOnHost(t *testing.T) {
 	e := &emuRun{w: w, nt: 16, timeout: timeout, deadRank: 2, deadColl: 1,
 		geom: ipcGeom{w: w, capacity: 4096, maxBlocks: 2, blockBytes: 512}}
 	for i := 0; i < 5; i++ {
-		op := []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAG, ipcAR1}[i]
+		op := []ipcOp{ipcAR1LL, ipcAR2, ipcRS, ipcAGLL, ipcAR1}[i]
 		e.colls = append(e.colls, &emuColl{op: op, dt: dtype.FP32, count: 700, lagRank: -1, in: emuInputs(op, dtype.FP32, w, 700, uint64(i))})
 	}
 	e.run(t, bin)
@@ -455,9 +460,9 @@ func TestIPCPlan(t *testing.T) {
 	for _, w := range []int{2, 3, 5, 8} {
 		for _, capacity := range []int{64 << 10, 1 << 20, 64 << 20} {
 			g := ipcGeom{w: w, capacity: capacity, maxBlocks: 64, blockBytes: 64 << 10}
-			for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAG} {
+			for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAG, ipcAR1LL, ipcRSLL, ipcAGLL} {
 				for _, sz := range []int{1, 2, 4, 8} {
-					if (op == ipcAG) != (sz == 1) {
+					if (op == ipcAG || op == ipcAGLL) != (sz == 1) {
 						continue
 					}
 					for _, total := range []int{1, 7, 1000003, 64 << 20 / sz} {
@@ -475,10 +480,17 @@ func TestIPCPlan(t *testing.T) {
 							if op == ipcAR2 {
 								slots = 2 * (w - 1)
 							}
-							if slots*p.slot > capacity || p.slot%256 != 0 {
-								t.Fatalf("W=%d %v: %d slots of %d bytes in a half of %d", w, op, slots, p.slot, capacity)
+							area := g.llBase() // the LL area follows the main one
+							if op.ll() {
+								area = capacity - p.base
+								if p.base != g.llBase() || 2*p.count*sz > p.slot {
+									t.Fatalf("W=%d %v: LL piece of %d bytes at base %d in slots of %d", w, op, p.count*sz, p.base, p.slot)
+								}
 							}
-							if p.grid < 1 || p.grid > g.maxBlocks {
+							if slots*p.slot > area || p.slot%256 != 0 {
+								t.Fatalf("W=%d %v: %d slots of %d bytes in an area of %d", w, op, slots, p.slot, area)
+							}
+							if p.grid < 1 || p.grid > ipcMaxB || (!op.ll() && p.grid > g.maxBlocks) {
 								t.Fatalf("grid %d", p.grid)
 							}
 							next += p.count
@@ -491,14 +503,14 @@ func TestIPCPlan(t *testing.T) {
 			}
 		}
 	}
-	if len(ipcKernelNames()) != 19 {
+	if len(ipcKernelNames()) != 32 {
 		t.Fatalf("%d IPC kernels", len(ipcKernelNames()))
 	}
 	var a ipcArgs
 	a.rank, a.w = 3, 8
 	var b [ipcArgBytes]byte
 	a.encode(b[:])
-	if binary.LittleEndian.Uint32(b[144:]) != 3 || binary.LittleEndian.Uint32(b[148:]) != 8 {
-		t.Fatal("dc_ipc layout: rank and w are not at bytes 144 and 148")
+	if binary.LittleEndian.Uint32(b[152:]) != 3 || binary.LittleEndian.Uint32(b[156:]) != 8 {
+		t.Fatal("dc_ipc layout: rank and w are not at bytes 152 and 156")
 	}
 }

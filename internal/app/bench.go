@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/detcoll/detcoll"
@@ -49,6 +51,9 @@ var DeviceProbes = map[string]func() error{}
 func ResolveDevice(dev string) (string, error) {
 	if dev == "" || dev == "auto" {
 		for _, k := range []string{"cuda", "rocm"} {
+			if _, ok := Backends[k]; !ok {
+				continue // a kind this build only probes (rocm: docs/rocm.md)
+			}
 			if p, ok := DeviceProbes[k]; ok && p() == nil {
 				return k, nil
 			}
@@ -61,7 +66,12 @@ func ResolveDevice(dev string) (string, error) {
 				return "", fmt.Errorf("device %s unavailable: %w", dev, err)
 			}
 		}
-		return "", fmt.Errorf("device %q has no benchmark backend in this build (have cpu)", dev)
+		have := make([]string, 0, len(Backends))
+		for k := range Backends {
+			have = append(have, k)
+		}
+		sort.Strings(have)
+		return "", fmt.Errorf("device %q has no benchmark backend in this build (have %s)", dev, strings.Join(have, ", "))
 	}
 	return dev, nil
 }

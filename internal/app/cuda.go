@@ -1,3 +1,9 @@
+//go:build cgo && (cuda || !rocm)
+
+// This file brings NVIDIA GPUs into the build: every build with cgo, unless
+// it was made ROCm-only with -tags rocm (then no CUDA package is linked;
+// -tags cuda,rocm has both). See docs/rocm.md, "Build isolation".
+
 package app
 
 import (
@@ -22,6 +28,7 @@ func init() {
 	}
 	DeviceProbes["cuda"] = cudabench.Available
 	JobVerifiers["cuda"] = VerifyCUDAJob
+	registerEnv(EnvSection{Kind: "cuda", Key: "gpu", Text: CUDAEnvReport, JSON: func() any { return gpu.Probe() }})
 }
 
 // CUDAEnvReport is the NVIDIA section of `detcoll env`: the driver, CUDA,

@@ -1,184 +1,79 @@
 package nccl
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/cuda"
 )
 
-// Library names and override variables.
-var (
-	NCCLNames = []string{"libnccl.so.2", "libnccl.so"}
-	RCCLNames = []string{"librccl.so.1", "librccl.so", "/opt/rocm/lib/librccl.so.1"}
-)
+// NCCLNames are the library candidates; $DETCOLL_NCCL_LIB (NCCLEnv)
+// overrides them. RCCL's are internal/rccl's.
+var NCCLNames = []string{"libnccl.so.2", "libnccl.so"}
 
-const (
-	NCCLEnv = "DETCOLL_NCCL_LIB"
-	RCCLEnv = "DETCOLL_RCCL_LIB"
-)
+// NCCLEnv names the variable that overrides NCCLNames.
+const NCCLEnv = "DETCOLL_NCCL_LIB"
 
 // ErrUnavailable is wrapped by errors meaning "library not usable here".
-var ErrUnavailable = errors.New("nccl: unavailable")
+var ErrUnavailable = ccl.ErrUnavailable
 
-// Result is an ncclResult_t.
-type Result int32
-
-// ncclResult_t values (identical in RCCL).
-const (
-	Success            Result = 0
-	UnhandledCudaError Result = 1
-	SystemError        Result = 2
-	InternalError      Result = 3
-	InvalidArgument    Result = 4
-	InvalidUsage       Result = 5
-	RemoteError        Result = 6
-	InProgress         Result = 7
-	resultUnavailable  Result = -2
-	resultNoSymbol     Result = -1
+// The types of the shared binding.
+type (
+	Result   = ccl.Result   // ncclResult_t
+	Error    = ccl.Error    // a failed call
+	DataType = ccl.DataType // ncclDataType_t
+	RedOp    = ccl.RedOp    // ncclRedOp_t
+	UniqueID = ccl.UniqueID // ncclUniqueId (128 bytes)
+	Version  = ccl.Version  // a decoded ncclGetVersion
 )
 
-var resultNames = []string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-	"ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress"}
-
-// ResultName is the ncclResult_t name of a code.
-func ResultName(r Result) string {
-	switch {
-	case r >= 0 && int(r) < len(resultNames):
-		return resultNames[r]
-	case r == resultUnavailable:
-		return "DETCOLL_NCCL_UNAVAILABLE"
-	case r == resultNoSymbol:
-		return "DETCOLL_SYMBOL_NOT_FOUND"
-	}
-	return fmt.Sprintf("ncclResult(%d)", int32(r))
-}
-
-// Error is a failed call.
-type Error struct {
-	Code    Result
-	Name    string
-	Message string // ncclGetErrorString
-	Last    string // ncclGetLastError, when available and non-empty
-	Call    string
-}
-
-func (e *Error) Error() string {
-	s := "nccl: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	if e.Last != "" {
-		s += ": " + e.Last
-	}
-	return s
-}
-
-// Is matches *Error values by code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	return errors.As(target, &t) && t.Code == e.Code
-}
-
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == resultUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
-
-// DataType is an ncclDataType_t.
-type DataType int32
-
-// ncclDataType_t values shared by NCCL and RCCL.
+// ncclResult_t values.
 const (
-	Int8     DataType = 0
-	Uint8    DataType = 1
-	Int32    DataType = 2
-	Uint32   DataType = 3
-	Int64    DataType = 4
-	Uint64   DataType = 5
-	Float16  DataType = 6
-	Float32  DataType = 7
-	Float64  DataType = 8
-	BFloat16 DataType = 9
+	Success            = ccl.Success
+	UnhandledCudaError = ccl.UnhandledCudaError
+	SystemError        = ccl.SystemError
+	InternalError      = ccl.InternalError
+	InvalidArgument    = ccl.InvalidArgument
+	InvalidUsage       = ccl.InvalidUsage
+	RemoteError        = ccl.RemoteError
+	InProgress         = ccl.InProgress
 )
 
-// Size is the element size in bytes.
-func (d DataType) Size() int {
-	switch d {
-	case Int8, Uint8:
-		return 1
-	case Float16, BFloat16:
-		return 2
-	case Int32, Uint32, Float32:
-		return 4
-	case Int64, Uint64, Float64:
-		return 8
-	}
-	return 0
-}
-
-// DataTypeOf maps a detcoll dtype to NCCL's.
-func DataTypeOf(d dtype.DType) (DataType, error) {
-	switch d {
-	case dtype.BF16:
-		return BFloat16, nil
-	case dtype.FP16:
-		return Float16, nil
-	case dtype.FP32:
-		return Float32, nil
-	case dtype.FP64:
-		return Float64, nil
-	}
-	return 0, fmt.Errorf("nccl: no NCCL data type for %v", d)
-}
-
-// RedOp is an ncclRedOp_t.
-type RedOp int32
+// ncclDataType_t values.
+const (
+	Int8     = ccl.Int8
+	Uint8    = ccl.Uint8
+	Int32    = ccl.Int32
+	Uint32   = ccl.Uint32
+	Int64    = ccl.Int64
+	Uint64   = ccl.Uint64
+	Float16  = ccl.Float16
+	Float32  = ccl.Float32
+	Float64  = ccl.Float64
+	BFloat16 = ccl.BFloat16
+)
 
 // Reduction operators.
 const (
-	Sum  RedOp = 0
-	Prod RedOp = 1
-	Max  RedOp = 2
-	Min  RedOp = 3
-	Avg  RedOp = 4
+	Sum  = ccl.Sum
+	Prod = ccl.Prod
+	Max  = ccl.Max
+	Min  = ccl.Min
+	Avg  = ccl.Avg
 )
 
-// UniqueID is an ncclUniqueId (NCCL_UNIQUE_ID_BYTES = 128).
-type UniqueID [128]byte
+// ResultName is the ncclResult_t name of a code.
+func ResultName(r Result) string { return ccl.ResultName(r) }
 
-// Version is a decoded ncclGetVersion code.
-type Version struct {
-	Major, Minor, Patch int
-	Code                int
-}
+// DecodeVersion decodes NCCL_VERSION_CODE.
+func DecodeVersion(code int) Version { return ccl.DecodeVersion(code) }
 
-func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+// DataTypeOf maps a detcoll dtype to NCCL's.
+func DataTypeOf(d dtype.DType) (DataType, error) { return ccl.DataTypeOf(d) }
 
-// DecodeVersion decodes NCCL_VERSION_CODE: X*10000+Y*100+Z since 2.9,
-// X*1000+Y*100+Z before.
-func DecodeVersion(code int) Version {
-	v := Version{Code: code}
-	if code >= 20900 {
-		v.Major, v.Minor, v.Patch = code/10000, code%10000/100, code%100
-	} else {
-		v.Major, v.Minor, v.Patch = code/1000, code%1000/100, code%100
-	}
-	return v
-}
-
-// Lib is one loaded NCCL or RCCL.
-type Lib struct {
-	name string
-	path string
-	fns  [numSyms]uintptr
-}
+// Lib is one loaded NCCL.
+type Lib struct{ l *ccl.Lib }
 
 var (
 	defaultOnce sync.Once
@@ -198,199 +93,113 @@ func Available() error { _, err := Default(); return err }
 // Load opens a library with NCCL's API: the file named by envVar if set,
 // else the first of names that loads. Each call loads anew; keep the *Lib.
 func Load(envVar string, names ...string) (*Lib, error) {
-	return load(envVar, names)
+	l, err := ccl.Load("nccl", envVar, names...)
+	if err != nil {
+		return nil, err
+	}
+	return &Lib{l: l}, nil
+}
+
+func (l *Lib) core() *ccl.Lib {
+	if l == nil {
+		return nil
+	}
+	return l.l
 }
 
 // Path is the loaded file.
-func (l *Lib) Path() string { return l.path }
+func (l *Lib) Path() string { return l.l.Path() }
 
 // Name is the candidate that loaded, e.g. libnccl.so.2.
-func (l *Lib) Name() string { return l.name }
+func (l *Lib) Name() string { return l.l.Name() }
 
 // IsRCCL reports whether the library looks like RCCL.
-func (l *Lib) IsRCCL() bool {
-	return strings.Contains(l.path, "rccl") || strings.Contains(l.name, "rccl")
-}
+func (l *Lib) IsRCCL() bool { return l.l.IsRCCL() }
 
-func (l *Lib) errorOf(s sym, r Result, comm *Comm) error {
-	if r == Success {
-		return nil
-	}
-	e := &Error{Code: r, Name: ResultName(r), Call: symbolNames[s].name}
-	if r >= 0 {
-		e.Message = l.errorString(r)
-		e.Last = l.lastError(comm)
-	}
-	return e
-}
-
-func (l *Lib) call(s sym, comm *Comm, f func() Result) error {
-	if l == nil {
-		return &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: symbolNames[s].name, Message: "no library"}
-	}
-	if l.fns[s] == 0 {
-		return &Error{Code: resultNoSymbol, Name: ResultName(resultNoSymbol), Call: symbolNames[s].name,
-			Message: l.path + " does not export it"}
-	}
-	return l.errorOf(s, f(), comm)
-}
+// Core is the shared binding's *ccl.Lib.
+func (l *Lib) Core() *ccl.Lib { return l.core() }
 
 // Version is ncclGetVersion, decoded.
-func (l *Lib) Version() (Version, error) {
-	var c int32
-	err := l.call(sGetVersion, nil, func() Result { return l.rGetVersion(&c) })
-	return DecodeVersion(int(c)), err
-}
+func (l *Lib) Version() (Version, error) { return l.core().Version() }
 
 // GetUniqueID makes the id that rank 0 distributes to every rank.
-func (l *Lib) GetUniqueID() (UniqueID, error) {
-	var id UniqueID
-	err := l.call(sGetUniqueID, nil, func() Result { return l.rGetUniqueID(&id) })
-	return id, err
+func (l *Lib) GetUniqueID() (UniqueID, error) { return l.core().GetUniqueID() }
+
+// GroupStart opens a group of calls issued from this goroutine.
+func (l *Lib) GroupStart() error { return l.core().GroupStart() }
+
+// GroupEnd closes the group and launches its calls.
+func (l *Lib) GroupEnd() error { return l.core().GroupEnd() }
+
+// CommInitRank joins rank (of nranks) to the communicator named by id. It
+// blocks until every rank has joined. The device is the one whose context is
+// current on the calling thread.
+func (l *Lib) CommInitRank(nranks int, id UniqueID, rank int) (*Comm, error) {
+	c, err := l.core().CommInitRank(nranks, id, rank)
+	if err != nil {
+		return nil, err
+	}
+	return &Comm{c: c, lib: l}, nil
 }
 
 // Comm is an ncclComm_t.
 type Comm struct {
-	lib    *Lib
-	h      uintptr
-	nranks int
-	rank   int
+	c   *ccl.Comm
+	lib *Lib
 }
 
-// CommInitRank joins rank (of nranks) to the communicator named by id. It
-// blocks until every rank has joined. The device is the one current on the
-// calling thread.
-func (l *Lib) CommInitRank(nranks int, id UniqueID, rank int) (*Comm, error) {
-	if nranks < 1 || rank < 0 || rank >= nranks {
-		return nil, &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclCommInitRank",
-			Message: fmt.Sprintf("rank %d of %d", rank, nranks)}
+func (c *Comm) core() *ccl.Comm {
+	if c == nil {
+		return nil
 	}
-	c := &Comm{lib: l, nranks: nranks, rank: rank}
-	err := l.call(sCommInitRank, nil, func() Result { return l.rCommInitRank(&c.h, nranks, &id, rank) })
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c.c
 }
 
 // Rank and Size as given to CommInitRank.
-func (c *Comm) Rank() int { return c.rank }
-func (c *Comm) Size() int { return c.nranks }
+func (c *Comm) Rank() int { return c.c.Rank() }
+func (c *Comm) Size() int { return c.c.Size() }
 
 // Lib is the library the communicator belongs to.
 func (c *Comm) Lib() *Lib { return c.lib }
 
 // Destroy frees the communicator after its queued work completes.
-func (c *Comm) Destroy() error {
-	if c == nil || c.h == 0 {
-		return nil
-	}
-	err := c.lib.call(sCommDestroy, nil, func() Result { return c.lib.rComm(sCommDestroy, c.h) })
-	c.h = 0
-	return err
-}
+func (c *Comm) Destroy() error { return c.core().Destroy() }
 
 // Abort frees the communicator without waiting, cancelling its work.
-func (c *Comm) Abort() error {
-	if c == nil || c.h == 0 {
-		return nil
-	}
-	err := c.lib.call(sCommAbort, nil, func() Result { return c.lib.rComm(sCommAbort, c.h) })
-	c.h = 0
-	return err
-}
+func (c *Comm) Abort() error { return c.core().Abort() }
 
 // AsyncError is ncclCommGetAsyncError: nil while the communicator is
 // healthy, an *Error (InProgress while still initialising) otherwise.
-func (c *Comm) AsyncError() error {
-	if c == nil || c.h == 0 {
-		return &Error{Code: InvalidUsage, Name: ResultName(InvalidUsage), Call: "ncclCommGetAsyncError", Message: "communicator destroyed"}
-	}
-	var r Result
-	if err := c.lib.call(sCommGetAsyncError, c, func() Result { return c.lib.rCommGetAsyncError(c.h, &r) }); err != nil {
-		return err
-	}
-	return c.lib.errorOf(sCommGetAsyncError, r, c)
-}
-
-func (c *Comm) check(call string, count int, dt DataType) error {
-	if c == nil || c.h == 0 {
-		return &Error{Code: InvalidUsage, Name: ResultName(InvalidUsage), Call: call, Message: "communicator destroyed"}
-	}
-	if count < 0 || dt.Size() == 0 {
-		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: call,
-			Message: fmt.Sprintf("count %d, data type %d", count, dt)}
-	}
-	return nil
-}
+func (c *Comm) AsyncError() error { return c.core().AsyncError() }
 
 // AllReduce reduces count elements from every rank's send into every rank's
 // recv (NCCL's own order: not deterministic across algorithms; detcoll uses
 // it as the native reference).
 func (c *Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt DataType, op RedOp, s cuda.Stream) error {
-	if err := c.check("ncclAllReduce", count, dt); err != nil {
-		return err
-	}
-	return c.lib.call(sAllReduce, c, func() Result { return c.lib.rReduceLike(sAllReduce, send, recv, count, dt, op, c.h, s) })
+	return c.core().AllReduce(uint64(send), uint64(recv), count, dt, op, uintptr(s))
 }
 
 // ReduceScatter: recv gets recvcount elements, rank r's block of the sum.
 func (c *Comm) ReduceScatter(send, recv cuda.DevicePtr, recvcount int, dt DataType, op RedOp, s cuda.Stream) error {
-	if err := c.check("ncclReduceScatter", recvcount, dt); err != nil {
-		return err
-	}
-	return c.lib.call(sReduceScatter, c, func() Result {
-		return c.lib.rReduceLike(sReduceScatter, send, recv, recvcount, dt, op, c.h, s)
-	})
+	return c.core().ReduceScatter(uint64(send), uint64(recv), recvcount, dt, op, uintptr(s))
 }
 
 // AllGather: every rank's sendcount elements land at rank*sendcount in recv.
 func (c *Comm) AllGather(send, recv cuda.DevicePtr, sendcount int, dt DataType, s cuda.Stream) error {
-	if err := c.check("ncclAllGather", sendcount, dt); err != nil {
-		return err
-	}
-	return c.lib.call(sAllGather, c, func() Result { return c.lib.rAllGather(send, recv, sendcount, dt, c.h, s) })
+	return c.core().AllGather(uint64(send), uint64(recv), sendcount, dt, uintptr(s))
 }
 
 // Broadcast copies root's send into every rank's recv.
 func (c *Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt DataType, root int, s cuda.Stream) error {
-	if err := c.check("ncclBroadcast", count, dt); err != nil {
-		return err
-	}
-	if root < 0 || root >= c.nranks {
-		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclBroadcast", Message: fmt.Sprintf("root %d of %d", root, c.nranks)}
-	}
-	return c.lib.call(sBroadcast, c, func() Result { return c.lib.rBroadcast(send, recv, count, dt, root, c.h, s) })
+	return c.core().Broadcast(uint64(send), uint64(recv), count, dt, root, uintptr(s))
 }
 
 // Send enqueues count elements to peer.
 func (c *Comm) Send(buf cuda.DevicePtr, count int, dt DataType, peer int, s cuda.Stream) error {
-	if err := c.check("ncclSend", count, dt); err != nil {
-		return err
-	}
-	if peer < 0 || peer >= c.nranks {
-		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclSend", Message: fmt.Sprintf("peer %d of %d", peer, c.nranks)}
-	}
-	return c.lib.call(sSend, c, func() Result { return c.lib.rP2P(sSend, buf, count, dt, peer, c.h, s) })
+	return c.core().Send(uint64(buf), count, dt, peer, uintptr(s))
 }
 
 // Recv enqueues a receive of count elements from peer.
 func (c *Comm) Recv(buf cuda.DevicePtr, count int, dt DataType, peer int, s cuda.Stream) error {
-	if err := c.check("ncclRecv", count, dt); err != nil {
-		return err
-	}
-	if peer < 0 || peer >= c.nranks {
-		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclRecv", Message: fmt.Sprintf("peer %d of %d", peer, c.nranks)}
-	}
-	return c.lib.call(sRecv, c, func() Result { return c.lib.rP2P(sRecv, buf, count, dt, peer, c.h, s) })
-}
-
-// GroupStart opens a group of calls issued from this goroutine.
-func (l *Lib) GroupStart() error {
-	return l.call(sGroupStart, nil, func() Result { return l.rVoid(sGroupStart) })
-}
-
-// GroupEnd closes the group and launches its calls.
-func (l *Lib) GroupEnd() error {
-	return l.call(sGroupEnd, nil, func() Result { return l.rVoid(sGroupEnd) })
+	return c.core().Recv(uint64(buf), count, dt, peer, uintptr(s))
 }

@@ -8,18 +8,6 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 )
 
-func TestSymbolNames(t *testing.T) {
-	for i, s := range symbolNames {
-		if !strings.HasPrefix(s.name, "nccl") {
-			t.Fatalf("symbol %d: %q", i, s.name)
-		}
-	}
-	if symbolNames[sCommInitRank].name != "ncclCommInitRank" || symbolNames[sGroupEnd].name != "ncclGroupEnd" ||
-		symbolNames[sReduceScatter].name != "ncclReduceScatter" || symbolNames[sGetUniqueID].name != "ncclGetUniqueId" {
-		t.Fatal("symbol table out of order")
-	}
-}
-
 func TestDecodeVersion(t *testing.T) {
 	if v := DecodeVersion(22803); v.String() != "2.28.3" {
 		t.Fatalf("22803 → %v", v)
@@ -43,7 +31,7 @@ func TestDataTypes(t *testing.T) {
 	if _, err := DataTypeOf(dtype.Invalid); err == nil {
 		t.Error("invalid dtype mapped")
 	}
-	if BFloat16 != 9 || Float16 != 6 || Float32 != 7 || Sum != 0 || Avg != 4 {
+	if BFloat16 != 9 || Float16 != 6 || Float32 != 7 || Uint8 != 1 || Sum != 0 || Avg != 4 {
 		t.Error("enum values differ from nccl.h")
 	}
 }
@@ -69,6 +57,26 @@ func TestErrors(t *testing.T) {
 	}
 	if err := c.Destroy(); err != nil {
 		t.Fatal("destroying nil comm")
+	}
+	if err := c.Abort(); err != nil {
+		t.Fatal("aborting nil comm")
+	}
+	if err := c.Send(0, 1, Uint8, 0, 0); err == nil {
+		t.Fatal("send on nil comm")
+	}
+	if _, err := l.CommInitRank(2, UniqueID{}, 0); err == nil {
+		t.Fatal("init on nil lib")
+	}
+}
+
+func TestNames(t *testing.T) {
+	if NCCLNames[0] != "libnccl.so.2" || NCCLEnv != "DETCOLL_NCCL_LIB" {
+		t.Fatalf("names %v env %s", NCCLNames, NCCLEnv)
+	}
+	for _, n := range NCCLNames {
+		if strings.Contains(n, "rccl") {
+			t.Fatalf("an RCCL name in NCCL's list: %v (RCCL is internal/rccl's)", NCCLNames)
+		}
 	}
 }
 

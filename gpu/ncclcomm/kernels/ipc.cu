@@ -10,7 +10,7 @@
 // halves of cap bytes; call k uses half k & 1):
 //   flags[phase][src][block]  u32, written by rank src's block `block`
 //   ctl[0] = seq              the number of IPC calls completed
-//   ctl[1] = done             blocks of the running call that have finished
+//   ctl[1] = started          blocks of the running call that have read ctl[0]
 //   ctl[2] = err              device-side copy of the error word
 //
 // Protocol. All traffic between GPUs is stores into a peer's staging buffer
@@ -21,7 +21,7 @@
 // sequence number into the peer's flag; the peer acquires it (thread p polls
 // peer p) and __syncthreads before reading. The sequence number lives in
 // device memory (ctl[0]), read by every block at the start and advanced by
-// the last block to finish, so a CUDA graph replays correctly. A half is
+// the last block to read it, so a CUDA graph replays correctly. A half is
 // written again two calls later, when every block of this rank has seen a
 // flag of the call in between from every peer, that is after every peer has
 // finished the call that read it.
@@ -40,11 +40,18 @@
 //   detcoll_ipc_rs_<type>    ReduceScatter: push block j to rank j, reduce
 //   detcoll_ipc_ag           AllGather (bytes): push the input to every peer,
 //                            copy the peers' blocks in
+//   detcoll_ipc_ar1ll_<type>, detcoll_ipc_rsll_<type>, detcoll_ipc_agll
+//                            the same one-shot AllReduce, ReduceScatter and
+//                            AllGather for small messages with low-latency
+//                            lines (LL): every 16-byte store carries 8 data
+//                            bytes and the call's sequence number twice, so
+//                            the data is its own flag (no fence, no separate
+//                            flag store, one NVLink trip); twice the bytes.
 
 #define DC_IPC_MAXW 8
-#define DC_IPC_MAXB 128
+#define DC_IPC_MAXB 256
 #define DC_IPC_FLAGS (2 * DC_IPC_MAXW * DC_IPC_MAXB)  // u32 flags
-#define DC_IPC_HDR 16384                              // control bytes before the halves
+#define DC_IPC_HDR 32768                              // control bytes before the halves
 #define DC_IPC_SPIN 256                               // polls between clock checks
 
 enum { DC_IPC_ERR_TIMEOUT = 1, DC_IPC_ERR_ABORT = 2, DC_IPC_ERR_PEER = 3 };
@@ -58,6 +65,7 @@ struct dc_ipc {
     long long out_stride;      // AG: bytes between the W blocks of out
     long long cap;             // bytes of one half
     long long slot;            // bytes of one slot in a half
+    long long base;            // offset of slot 0 in a half (the LL area for LL kernels)
     long long timeout_ns;
     unsigned* herr;                  // host-mapped error word
     const volatile unsigned* habort;  // host-mapped abort word
@@ -105,6 +113,51 @@ __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return atomicAd
 #define DC_IPC_PAUSE()
 #endif
 
+// LL line: {data low, seq, data high, seq}, written with one 16-byte store;
+// each 8-byte half (data word, sequence) arrives whole, so a reader that
+// sees the sequence number twice holds all 8 data bytes of this call.
+#if defined(DC_HOST_EMU)
+__device__ __forceinline__ void dc_ll_store(char* p, unsigned long long d, unsigned seq) {
+    unsigned long long* q = reinterpret_cast<unsigned long long*>(p);
+    __atomic_store_n(q, (d & 0xFFFFFFFFull) | ((unsigned long long)seq << 32), __ATOMIC_RELAXED);
+    __atomic_store_n(q + 1, (d >> 32) | ((unsigned long long)seq << 32), __ATOMIC_RELAXED);
+}
+__device__ __forceinline__ bool dc_ll_load(const char* p, unsigned seq, unsigned long long* d) {
+    const unsigned long long* q = reinterpret_cast<const unsigned long long*>(p);
+    unsigned long long a = __atomic_load_n(q, __ATOMIC_RELAXED), b = __atomic_load_n(q + 1, __ATOMIC_RELAXED);
+    if ((unsigned)(a >> 32) != seq || (unsigned)(b >> 32) != seq) return false;
+    *d = (a & 0xFFFFFFFFull) | (b << 32);
+    return true;
+}
+#elif defined(__HIPCC__)
+__device__ __forceinline__ void dc_ll_store(char* p, unsigned long long d, unsigned seq) {
+    unsigned long long* q = reinterpret_cast<unsigned long long*>(p);
+    __hip_atomic_store(q, (d & 0xFFFFFFFFull) | ((unsigned long long)seq << 32), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    __hip_atomic_store(q + 1, (d >> 32) | ((unsigned long long)seq << 32), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ bool dc_ll_load(const char* p, unsigned seq, unsigned long long* d) {
+    const unsigned long long* q = reinterpret_cast<const unsigned long long*>(p);
+    unsigned long long a = __hip_atomic_load(q, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    unsigned long long b = __hip_atomic_load(q + 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+    if ((unsigned)(a >> 32) != seq || (unsigned)(b >> 32) != seq) return false;
+    *d = (a & 0xFFFFFFFFull) | (b << 32);
+    return true;
+}
+#else
+__device__ __forceinline__ void dc_ll_store(char* p, unsigned long long d, unsigned seq) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"((unsigned)d), "r"(seq),
+                 "r"((unsigned)(d >> 32)), "r"(seq)
+                 : "memory");
+}
+__device__ __forceinline__ bool dc_ll_load(const char* p, unsigned seq, unsigned long long* d) {
+    unsigned a, f0, b, f1;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(f0), "=r"(b), "=r"(f1) : "l"(p) : "memory");
+    if (f0 != seq || f1 != seq) return false;
+    *d = (unsigned long long)a | ((unsigned long long)b << 32);
+    return true;
+}
+#endif
+
 // ---- layout ----
 
 __device__ __forceinline__ unsigned* dc_ipc_flag(char* stage, int phase, int src, int b) {
@@ -113,8 +166,12 @@ __device__ __forceinline__ unsigned* dc_ipc_flag(char* stage, int phase, int src
 __device__ __forceinline__ unsigned* dc_ipc_ctl(char* stage) {
     return reinterpret_cast<unsigned*>(stage) + DC_IPC_FLAGS;
 }
+// The slots of this call in rank r's half: the LL kernels use their own
+// area of every half (a.base), where only LL lines of earlier calls (older
+// sequence numbers) are ever found, so stale data can never pass for a
+// line of this call.
 __device__ __forceinline__ char* dc_ipc_half(const dc_ipc& a, int r, unsigned seq) {
-    return a.stage[r] + DC_IPC_HDR + (long long)(seq & 1u) * a.cap;
+    return a.stage[r] + DC_IPC_HDR + (long long)(seq & 1u) * a.cap + a.base;
 }
 // Slot of source rank src in rank dst's half: the W-1 peers in rank order.
 __device__ __forceinline__ int dc_ipc_slot(int src, int dst) { return src > dst ? src - 1 : src; }
@@ -147,12 +204,20 @@ struct dc_ipc_blk {
 };
 
 // dc_ipc_begin: thread 0 reads the sequence number of this call and stops
-// the block if an earlier call failed.
-__device__ __forceinline__ void dc_ipc_begin(const dc_ipc& a, dc_ipc_blk& s, int t) {
+// the block if an earlier call failed; the last of the g blocks to read it
+// advances it for the next call (every block has read it by then, and the
+// next call starts after this kernel has ended), so no block waits for it
+// at the end.
+__device__ __forceinline__ void dc_ipc_begin(const dc_ipc& a, dc_ipc_blk& s, int g, int t) {
     if (t != 0) return;
     unsigned* ctl = dc_ipc_ctl(a.stage[a.rank]);
-    s.seq = *(volatile unsigned*)&ctl[0] + 1u;
+    const unsigned seq = *(volatile unsigned*)&ctl[0] + 1u;
+    s.seq = seq;
     s.stop = *(volatile unsigned*)&ctl[2] != 0u;
+    if (dc_atomic_inc(&ctl[1]) == (unsigned)(g - 1)) {
+        *(volatile unsigned*)&ctl[1] = 0u;
+        *(volatile unsigned*)&ctl[0] = seq;
+    }
 }
 
 // dc_ipc_signal: thread 0 publishes phase `phase` of this block to every peer.
@@ -196,18 +261,6 @@ __device__ __forceinline__ void dc_ipc_wait(const dc_ipc& a, dc_ipc_blk& s, int 
                 return;
             }
         }
-    }
-}
-
-// dc_ipc_end: the last block to finish advances the sequence number.
-__device__ __forceinline__ void dc_ipc_end(const dc_ipc& a, dc_ipc_blk& s, int g, int t) {
-    if (t != 0) return;
-    unsigned* ctl = dc_ipc_ctl(a.stage[a.rank]);
-    dc_fence_system();
-    if (dc_atomic_inc(&ctl[1]) == (unsigned)(g - 1)) {
-        *(volatile unsigned*)&ctl[1] = 0u;
-        *(volatile unsigned*)&ctl[0] = s.seq;
-        dc_fence_system();
     }
 }
 
@@ -295,18 +348,106 @@ __device__ __forceinline__ void dc_ipc_reduce(char* out, const char* const* src,
     }
 }
 
+// ---- LL data movement (chunks of 8 data bytes, one 16-byte line each) ----
+
+// dc_ll_get reads data bytes [8i, 8i+8) of src (n bytes; zero past n).
+__device__ __forceinline__ unsigned long long dc_ll_get(const char* src, long long n, long long i) {
+    const long long o = i * 8;
+    if (o + 8 <= n && (((unsigned long long)(src + o)) & 7ull) == 0)
+        return *reinterpret_cast<const unsigned long long*>(src + o);
+    unsigned long long d = 0;
+    for (int k = 0; k < 8 && o + k < n; ++k) d |= (unsigned long long)(unsigned char)src[o + k] << (8 * k);
+    return d;
+}
+
+// dc_ll_put writes data bytes [8i, 8i+8) of dst (n bytes; nothing past n).
+__device__ __forceinline__ void dc_ll_put(char* dst, long long n, long long i, unsigned long long d) {
+    const long long o = i * 8;
+    if (o + 8 <= n && (((unsigned long long)(dst + o)) & 7ull) == 0) {
+        *reinterpret_cast<unsigned long long*>(dst + o) = d;
+        return;
+    }
+    for (int k = 0; k < 8 && o + k < n; ++k) dst[o + k] = (char)(d >> (8 * k));
+}
+
+// dc_ll_wait waits for line p of this call; false (and the block stopped)
+// on timeout, abort or an earlier failure.
+__device__ __forceinline__ bool dc_ll_wait(const dc_ipc& a, dc_ipc_blk& s, const char* p, unsigned long long* d) {
+    const unsigned* derr = dc_ipc_ctl(a.stage[a.rank]) + 2;
+    unsigned long long deadline = 0;
+    for (unsigned n = 0;; ++n) {
+        if (dc_ll_load(p, s.seq, d)) return true;
+        DC_IPC_PAUSE();
+        if (n % DC_IPC_SPIN == DC_IPC_SPIN - 1) {
+            unsigned long long now = dc_now_ns();
+            if (deadline == 0) deadline = now + (unsigned long long)a.timeout_ns;
+            if (*a.habort) {
+                dc_ipc_fail(a, s, DC_IPC_ERR_ABORT);
+                return false;
+            }
+            if (*(volatile const unsigned*)derr) {
+                s.stop = 1;
+                return false;
+            }
+            if (now > deadline) {
+                dc_ipc_fail(a, s, DC_IPC_ERR_TIMEOUT);
+                return false;
+            }
+        }
+    }
+}
+
+// dc_ll_push writes chunks [lo, hi) of src (n bytes) as lines into slot.
+__device__ __forceinline__ void dc_ll_push(char* slot, const char* src, long long n, long long lo, long long hi,
+                                           unsigned seq, int t, int nt) {
+    for (long long i = lo + t; i < hi; i += nt) dc_ll_store(slot + i * 16, dc_ll_get(src, n, i), seq);
+}
+
+// dc_ll_reduce reduces chunks [lo, hi): this rank's data from own (n bytes),
+// every peer's from its LL slot in this rank's half, into out.
+template <class T, int W>
+__device__ __forceinline__ void dc_ll_reduce(const dc_ipc& a, dc_ipc_blk& s, char* out, const char* own, long long n,
+                                             long long lo, long long hi, int t, int nt) {
+    typedef typename T::acc A;
+    typedef typename T::st S;
+    enum { E = 8 / T::SZ };
+    const char* half = dc_ipc_half(a, a.rank, s.seq);
+    for (long long i = lo + t; i < hi; i += nt) {
+        unsigned long long d[W];
+#pragma unroll
+        for (int p = 0; p < W; ++p) {
+            if (p == a.rank) {
+                d[p] = dc_ll_get(own, n, i);
+            } else if (!dc_ll_wait(a, s, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d[p])) {
+                return;
+            }
+        }
+        A c[W][E];
+#pragma unroll
+        for (int p = 0; p < W; ++p) {
+#pragma unroll
+            for (int e = 0; e < E; ++e) c[p][e] = T::widen((S)(d[p] >> (8 * T::SZ * e)));
+        }
+        dc_level<T, E, W>::run(c);
+        unsigned long long r = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) r |= (unsigned long long)T::narrow(c[0][e]) << (8 * T::SZ * e);
+        dc_ll_put(out, n, i, r);
+    }
+}
+
 // ---- the kernels as steps (the wrappers put a __syncthreads between steps
 // and stop the block when a step set s.stop) ----
 
-// One-shot AllReduce: 0 begin, 1 push, 2 signal, 3 wait, 4 reduce, 5 end.
+// One-shot AllReduce: 0 begin, 1 push, 2 signal, 3 wait, 4 reduce.
 template <class T, int W>
 struct dc_ipc_ar1 {
-    enum { STEPS = 6 };
+    enum { STEPS = 5 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         long long lo, hi;
         dc_ipc_portion(a.count, 16 / T::SZ, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, t); break;
+        case 0: dc_ipc_begin(a, s, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p) {
                 if (p == a.rank) continue;
@@ -324,22 +465,21 @@ struct dc_ipc_ar1 {
             dc_ipc_reduce<T, W>(a.out, src, 0, a.rank, lo, hi, t, nt);
             break;
         }
-        case 5: dc_ipc_end(a, s, g, t); break;
         }
     }
 };
 
 // Two-shot AllReduce: 0 begin, 1 push shards, 2 signal, 3 wait, 4 reduce the
-// own shard and push it, 5 signal, 6 wait, 7 copy the peers' shards, 8 end.
+// own shard and push it, 5 signal, 6 wait, 7 copy the peers' shards.
 // A half holds W-1 input slots, then W-1 result slots.
 template <class T, int W>
 struct dc_ipc_ar2 {
-    enum { STEPS = 9 };
+    enum { STEPS = 8 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         enum { N = 16 / T::SZ };
         long long slo, shi, lo, hi;
         switch (k) {
-        case 0: dc_ipc_begin(a, s, t); break;
+        case 0: dc_ipc_begin(a, s, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p) {
                 if (p == a.rank) continue;
@@ -378,21 +518,20 @@ struct dc_ipc_ar2 {
             }
             break;
         }
-        case 8: dc_ipc_end(a, s, g, t); break;
         }
     }
 };
 
 // ReduceScatter: 0 begin, 1 push block p to rank p, 2 signal, 3 wait,
-// 4 reduce the own block, 5 end.
+// 4 reduce the own block.
 template <class T, int W>
 struct dc_ipc_rs {
-    enum { STEPS = 6 };
+    enum { STEPS = 5 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         long long lo, hi;
         dc_ipc_portion(a.count, 16 / T::SZ, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, t); break;
+        case 0: dc_ipc_begin(a, s, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p) {
                 if (p == a.rank) continue;
@@ -411,21 +550,20 @@ struct dc_ipc_rs {
             dc_ipc_reduce<T, W>(a.out, src, 0, a.rank, lo, hi, t, nt);
             break;
         }
-        case 5: dc_ipc_end(a, s, g, t); break;
         }
     }
 };
 
 // AllGather of count bytes per rank: 0 begin, 1 push the input to every peer
 // and copy it into the own block, 2 signal, 3 wait, 4 copy the peers'
-// blocks, 5 end.
+// blocks.
 struct dc_ipc_ag {
-    enum { STEPS = 6 };
+    enum { STEPS = 5 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         long long lo, hi;
         dc_ipc_portion(a.count, 16, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, t); break;
+        case 0: dc_ipc_begin(a, s, g, t); break;
         case 1: {
             char* own = a.out + a.rank * a.out_stride;
             if (own == a.in) own = 0;  // in place
@@ -447,7 +585,84 @@ struct dc_ipc_ag {
             }
             break;
         }
-        case 5: dc_ipc_end(a, s, g, t); break;
+        }
+    }
+};
+
+// LL one-shot AllReduce: 0 begin, 1 push lines, 2 wait and reduce.
+template <class T, int W>
+struct dc_ipc_ar1ll {
+    enum { STEPS = 3 };
+    static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
+        const long long n = a.count * T::SZ;
+        long long lo, hi;
+        dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
+        switch (k) {
+        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 1:
+            for (int p = 0; p < W; ++p)
+                if (p != a.rank)
+                    dc_ll_push(dc_ipc_half(a, p, s.seq) + dc_ipc_slot(a.rank, p) * a.slot, a.in, n, lo, hi, s.seq, t, nt);
+            break;
+        case 2: dc_ll_reduce<T, W>(a, s, a.out, a.in, n, lo, hi, t, nt); break;
+        }
+    }
+};
+
+// LL ReduceScatter: 0 begin, 1 push block p's lines to rank p, 2 wait and
+// reduce the own block.
+template <class T, int W>
+struct dc_ipc_rsll {
+    enum { STEPS = 3 };
+    static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
+        const long long n = a.count * T::SZ;
+        long long lo, hi;
+        dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
+        switch (k) {
+        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 1:
+            for (int p = 0; p < W; ++p)
+                if (p != a.rank)
+                    dc_ll_push(dc_ipc_half(a, p, s.seq) + dc_ipc_slot(a.rank, p) * a.slot, a.in + p * a.in_stride, n, lo,
+                               hi, s.seq, t, nt);
+            break;
+        case 2: dc_ll_reduce<T, W>(a, s, a.out, a.in + a.rank * a.in_stride, n, lo, hi, t, nt); break;
+        }
+    }
+};
+
+// LL AllGather of count bytes: 0 begin, 1 push lines to every peer and copy
+// the own block, 2 wait for every peer's lines and store them.
+struct dc_ipc_agll {
+    enum { STEPS = 3 };
+    static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
+        const long long n = a.count;
+        long long lo, hi;
+        dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
+        switch (k) {
+        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 1: {
+            char* own = a.out + a.rank * a.out_stride;
+            for (long long i = lo + t; i < hi; i += nt) {
+                const unsigned long long d = dc_ll_get(a.in, n, i);
+                for (int p = 0; p < a.w; ++p)
+                    if (p != a.rank) dc_ll_store(dc_ipc_half(a, p, s.seq) + dc_ipc_slot(a.rank, p) * a.slot + i * 16, d, s.seq);
+                if (own != a.in) dc_ll_put(own, n, i, d);
+            }
+            break;
+        }
+        case 2: {
+            const char* half = dc_ipc_half(a, a.rank, s.seq);
+            for (long long i = lo + t; i < hi; i += nt) {
+                for (int p = 0; p < a.w; ++p) {
+                    if (p == a.rank) continue;
+                    unsigned long long d;
+                    if (!dc_ll_wait(a, s, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d)) return;
+                    dc_ll_put(a.out + p * a.out_stride, n, i, d);
+                }
+            }
+            break;
+        }
         }
     }
 };
@@ -473,6 +688,12 @@ __device__ __forceinline__ void dc_ipc_run(const dc_ipc& a) {
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_rs_##TNAME(const DC_GRID_CONST dc_ipc a) {    \
         dc_ipc_run<dc_ipc_rs<T, DC_IPC_W> >(a);                                                              \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_ar1ll_##TNAME(const DC_GRID_CONST dc_ipc a) { \
+        dc_ipc_run<dc_ipc_ar1ll<T, DC_IPC_W> >(a);                                                           \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_rsll_##TNAME(const DC_GRID_CONST dc_ipc a) {  \
+        dc_ipc_run<dc_ipc_rsll<T, DC_IPC_W> >(a);                                                            \
     }
 
 DC_IPC_KERNELS(bf16_native, dc_bf16_native)
@@ -484,5 +705,8 @@ DC_IPC_KERNELS(fp64, dc_fp64)
 
 extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_ag(const DC_GRID_CONST dc_ipc a) {
     dc_ipc_run<dc_ipc_ag>(a);
+}
+extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_agll(const DC_GRID_CONST dc_ipc a) {
+    dc_ipc_run<dc_ipc_agll>(a);
 }
 #endif

@@ -1,4 +1,4 @@
-package nccl
+package ccl
 
 type sym int
 

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package nccl
+package ccl
 
 /*
 #include <stdint.h>
@@ -54,16 +54,15 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/dl"
 )
 
-func load(envVar string, names []string) (*Lib, error) {
+func load(vendor, envVar string, names []string) (*Lib, error) {
 	d, err := dl.Open(envVar, names...)
 	if err != nil {
-		return nil, &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: "dlopen", Message: err.Error()}
+		return nil, &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: "dlopen", Message: err.Error(), Vendor: vendor}
 	}
-	l := &Lib{name: d.Name(), path: d.Path()}
+	l := &Lib{name: d.Name(), path: d.Path(), vendor: vendor}
 	for i, s := range symbolNames {
 		p, err := d.Sym(s.name)
 		if err != nil {
@@ -71,7 +70,7 @@ func load(envVar string, names []string) (*Lib, error) {
 				continue
 			}
 			return nil, &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: "dlsym",
-				Message: fmt.Sprintf("%s lacks %s", d.Path(), s.name)}
+				Message: fmt.Sprintf("%s lacks %s", d.Path(), s.name), Vendor: vendor}
 		}
 		l.fns[i] = uintptr(p)
 	}
@@ -117,16 +116,16 @@ func (l *Lib) rComm(s sym, h uintptr) Result { return Result(C.w_comm(l.f(s), C.
 func (l *Lib) rCommGetAsyncError(h uintptr, r *Result) Result {
 	return Result(C.w_async(l.f(sCommGetAsyncError), C.uintptr_t(h), (*C.int)(unsafe.Pointer(r))))
 }
-func (l *Lib) rReduceLike(s sym, send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, h uintptr, st cuda.Stream) Result {
+func (l *Lib) rReduceLike(s sym, send, recv uint64, n int, dt DataType, op RedOp, h uintptr, st uintptr) Result {
 	return Result(C.w_reduce(l.f(s), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.int(op), C.uintptr_t(h), C.uintptr_t(st)))
 }
-func (l *Lib) rAllGather(send, recv cuda.DevicePtr, n int, dt DataType, h uintptr, st cuda.Stream) Result {
+func (l *Lib) rAllGather(send, recv uint64, n int, dt DataType, h uintptr, st uintptr) Result {
 	return Result(C.w_gather(l.f(sAllGather), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.uintptr_t(h), C.uintptr_t(st)))
 }
-func (l *Lib) rBroadcast(send, recv cuda.DevicePtr, n int, dt DataType, root int, h uintptr, st cuda.Stream) Result {
+func (l *Lib) rBroadcast(send, recv uint64, n int, dt DataType, root int, h uintptr, st uintptr) Result {
 	return Result(C.w_bcast(l.f(sBroadcast), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.int(root), C.uintptr_t(h), C.uintptr_t(st)))
 }
-func (l *Lib) rP2P(s sym, buf cuda.DevicePtr, n int, dt DataType, peer int, h uintptr, st cuda.Stream) Result {
+func (l *Lib) rP2P(s sym, buf uint64, n int, dt DataType, peer int, h uintptr, st uintptr) Result {
 	return Result(C.w_p2p(l.f(s), C.ulonglong(buf), C.size_t(n), C.int(dt), C.int(peer), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rVoid(s sym) Result { return Result(C.w_void(l.f(s))) }

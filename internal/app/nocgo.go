@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package app
+
+const cgoEnabled = false

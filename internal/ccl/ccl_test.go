@@ -1,0 +1,96 @@
+package ccl
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/detcoll/detcoll/dtype"
+)
+
+func TestSymbolNames(t *testing.T) {
+	for i, s := range symbolNames {
+		if !strings.HasPrefix(s.name, "nccl") {
+			t.Fatalf("symbol %d: %q", i, s.name)
+		}
+	}
+	if symbolNames[sCommInitRank].name != "ncclCommInitRank" || symbolNames[sGroupEnd].name != "ncclGroupEnd" ||
+		symbolNames[sReduceScatter].name != "ncclReduceScatter" || symbolNames[sGetUniqueID].name != "ncclGetUniqueId" {
+		t.Fatal("symbol table out of order")
+	}
+}
+
+func TestDecodeVersion(t *testing.T) {
+	if v := DecodeVersion(22803); v.String() != "2.28.3" {
+		t.Fatalf("22803 → %v", v)
+	}
+	if v := DecodeVersion(2804); v.String() != "2.8.4" {
+		t.Fatalf("2804 → %v", v)
+	}
+	if v := DecodeVersion(21903); v.String() != "2.19.3" {
+		t.Fatalf("21903 → %v", v)
+	}
+}
+
+func TestDataTypes(t *testing.T) {
+	want := map[dtype.DType]DataType{dtype.BF16: BFloat16, dtype.FP16: Float16, dtype.FP32: Float32, dtype.FP64: Float64}
+	for d, n := range want {
+		got, err := DataTypeOf(d)
+		if err != nil || got != n || got.Size() != d.Size() {
+			t.Errorf("%v → %v %v", d, got, err)
+		}
+	}
+	if _, err := DataTypeOf(dtype.Invalid); err == nil {
+		t.Error("invalid dtype mapped")
+	}
+	if BFloat16 != 9 || Float16 != 6 || Float32 != 7 || Sum != 0 || Avg != 4 {
+		t.Error("enum values differ from nccl.h")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	e := &Error{Code: InvalidUsage, Name: ResultName(InvalidUsage), Call: "ncclAllReduce", Message: "invalid usage", Last: "comm destroyed"}
+	if !strings.Contains(e.Error(), "ncclInvalidUsage") || !strings.Contains(e.Error(), "comm destroyed") {
+		t.Fatal(e.Error())
+	}
+	if !errors.Is(e, &Error{Code: InvalidUsage}) || errors.Is(e, &Error{Code: SystemError}) {
+		t.Fatal("Is")
+	}
+	if ResultName(42) != "ncclResult(42)" {
+		t.Fatal("unknown result name")
+	}
+	var l *Lib
+	if err := l.GroupStart(); err == nil {
+		t.Fatal("nil lib")
+	}
+	var c *Comm
+	if err := c.AllReduce(0, 0, 1, Float32, Sum, 0); err == nil {
+		t.Fatal("nil comm")
+	}
+	if err := c.Destroy(); err != nil {
+		t.Fatal("destroying nil comm")
+	}
+	r := &Error{Code: SystemError, Name: ResultName(SystemError), Call: "ncclAllGather", Vendor: "rccl"}
+	if !strings.HasPrefix(r.Error(), "rccl: ncclAllGather: ncclSystemError") {
+		t.Fatalf("rccl error text %q", r.Error())
+	}
+	u := &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable)}
+	if !errors.Is(u, ErrUnavailable) || ResultName(resultNoSymbol) != "DETCOLL_SYMBOL_NOT_FOUND" {
+		t.Fatal("unavailable mapping")
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	t.Setenv("DETCOLL_TEST_CCL", "")
+	_, err := Load("rccl", "DETCOLL_TEST_CCL", "libdetcoll-no-rccl.so.1")
+	var e *Error
+	if err == nil || !errors.Is(err, ErrUnavailable) || !errors.As(err, &e) {
+		t.Fatalf("missing library: %v", err)
+	}
+	if e.Vendor != "rccl" || !strings.HasPrefix(err.Error(), "rccl: ") {
+		t.Fatalf("vendor not carried: %v", err)
+	}
+	if !strings.Contains(err.Error(), "libdetcoll-no-rccl.so.1") && !strings.Contains(err.Error(), "without cgo") {
+		t.Fatalf("error does not name the candidate: %v", err)
+	}
+}

@@ -1,0 +1,285 @@
+package hip
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestSymbolTable(t *testing.T) {
+	seen := map[string]bool{}
+	for i, s := range symbols {
+		if s.api == "" || len(s.candidates) == 0 {
+			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
+		}
+		if seen[s.api] {
+			t.Fatalf("duplicate api %s", s.api)
+		}
+		seen[s.api] = true
+		for _, c := range s.candidates {
+			if !strings.HasPrefix(c, "hip") {
+				t.Errorf("%s: candidate %s is not a HIP symbol", s.api, c)
+			}
+			if strings.HasSuffix(c, "_spt") {
+				t.Errorf("%s: per-thread default stream variant %s", s.api, c)
+			}
+		}
+	}
+	// Every candidate for the device properties has a known layout, the
+	// ROCm 6 one first.
+	c := symbols[sGetDeviceProperties].candidates
+	if c[0] != "hipGetDevicePropertiesR0600" {
+		t.Errorf("hipGetDeviceProperties candidates %v", c)
+	}
+	for _, n := range c {
+		if _, ok := propLayouts[n]; !ok {
+			t.Errorf("no layout for %s", n)
+		}
+	}
+	// The calls a device backend cannot do without are not optional.
+	for _, s := range []sym{sMalloc, sFree, sModuleLoadData, sModuleGetFunction, sModuleLaunchKernel, sStreamCreateWithFlags,
+		sEventCreateWithFlags, sEventElapsedTime, sMemcpyDtoDAsync, sSetDevice, sDeviceGetAttribute} {
+		if symbols[s].optional {
+			t.Errorf("%s is optional", symbols[s].api)
+		}
+	}
+	if SymbolName("hipNoSuchThing") != "" {
+		t.Error("unknown api has a symbol")
+	}
+	if Load() != nil && SymbolName("hipGetDeviceProperties") != "hipGetDevicePropertiesR0600" {
+		t.Errorf("preferred properties symbol %q", SymbolName("hipGetDeviceProperties"))
+	}
+}
+
+func TestLibraryNames(t *testing.T) {
+	t.Setenv("ROCM_PATH", "/opt/rocm-6.4.1")
+	t.Setenv("ROCM_HOME", "")
+	n := LibraryNames()
+	want := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
+	for i, w := range want {
+		if n[i] != w {
+			t.Fatalf("names %v", n)
+		}
+	}
+	joined := strings.Join(n, " ")
+	for _, p := range []string{"/opt/rocm-6.4.1/lib/libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so.7"} {
+		if !strings.Contains(joined, p) {
+			t.Errorf("%s not among %v", p, n)
+		}
+	}
+	if strings.Index(joined, "/opt/rocm-6.4.1/") > strings.Index(joined, "/opt/rocm/lib") {
+		t.Error("$ROCM_PATH not searched before /opt/rocm")
+	}
+	t.Setenv("ROCM_PATH", "/opt/rocm")
+	if r := RocmRoots(); len(r) != 1 || r[0] != "/opt/rocm" {
+		t.Errorf("roots %v", r)
+	}
+	if LibraryEnv != "DETCOLL_HIP_LIB" {
+		t.Error(LibraryEnv)
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	for code, name := range map[Result]string{ResultOutOfMemory: "hipErrorOutOfMemory", ResultNoDevice: "hipErrorNoDevice",
+		ResultInvalidDevice: "hipErrorInvalidDevice", ResultIllegalAddress: "hipErrorIllegalAddress",
+		ResultPeerAlreadyEnabled: "hipErrorPeerAccessAlreadyEnabled", ResultLaunchFailure: "hipErrorLaunchFailure",
+		ResultNotReady: "hipErrorNotReady", ResultNoBinaryForGPU: "hipErrorNoBinaryForGpu", ResultInvalidImage: "hipErrorInvalidImage"} {
+		if ResultName(code) != name {
+			t.Errorf("ResultName(%d) = %s, want %s", code, ResultName(code), name)
+		}
+	}
+	e := errorOf(sMalloc, ResultOutOfMemory)
+	var he *Error
+	if !errors.As(e, &he) || he.Code != ResultOutOfMemory || he.Name != "hipErrorOutOfMemory" || he.Call != "hipMalloc" {
+		t.Fatalf("mapped %#v", e)
+	}
+	if !strings.HasPrefix(e.Error(), "hip: hipMalloc: hipErrorOutOfMemory") {
+		t.Fatalf("message %q", e.Error())
+	}
+	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
+		t.Fatal("errors.Is by code")
+	}
+	if errorOf(sMalloc, ResultSuccess) != nil {
+		t.Fatal("success mapped to an error")
+	}
+	// A code neither HIP nor the table knows keeps its number.
+	if e := errorOf(sFree, 12345).(*Error); e.Name != "hipError(12345)" {
+		t.Fatalf("unknown code named %q", e.Name)
+	}
+	if e := errorOf(sIpcOpenMemHandle, ResultSymbolNotFound).(*Error); !strings.Contains(e.Message, "hipIpcOpenMemHandle") {
+		t.Fatalf("missing symbol message %q", e.Message)
+	}
+	if !errors.Is(&Error{Code: ResultUnavailable}, ErrUnavailable) || errors.Is(&Error{Code: ResultNoDevice}, ErrUnavailable) {
+		t.Fatal("ErrUnavailable wrapping")
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	if VersionString(50221153) != "5.2.21153" || VersionString(60443483) != "6.4.43483" || VersionMajor(70051831) != 7 {
+		t.Fatal(VersionString(50221153), VersionString(60443483))
+	}
+}
+
+func TestArgsLayout(t *testing.T) {
+	var a Args
+	a.Ptr(0x1122334455667788).I32(-2).I64(7).U32(9).F32(1.5).F64(math.Copysign(0, -1))
+	buf, offs := a.layout()
+	wantOffs := []int32{0, 8, 16, 24, 28, 32}
+	for i := range wantOffs {
+		if offs[i] != wantOffs[i] {
+			t.Fatalf("offsets %v, want %v", offs, wantOffs)
+		}
+	}
+	if len(buf) != 40 || buf[0] != 0x88 || buf[7] != 0x11 || buf[8] != 0xFE || buf[11] != 0xFF || buf[16] != 7 || buf[39] != 0x80 {
+		t.Fatalf("buffer % x", buf)
+	}
+	a.Reset()
+	a.I32(1).Raw(make([]byte, 24), 16)
+	if _, offs = a.layout(); offs[1] != 16 || a.size != 40 {
+		t.Fatalf("struct alignment: offs %v size %d", offs, a.size)
+	}
+	if a.Raw(nil, 3).Err() == nil {
+		t.Fatal("bad alignment accepted")
+	}
+	a.Reset()
+	if a.Raw(make([]byte, MaxArgBytes+1), 8).Err() == nil {
+		t.Fatal("oversized parameters accepted")
+	}
+	a.Reset()
+	for i := 0; i < MaxArgs+1; i++ {
+		a.I32(1)
+	}
+	if a.Err() == nil {
+		t.Fatal("too many parameters accepted")
+	}
+}
+
+// fakeProps lays out a hipDeviceProp_t of symbol's layout.
+func fakeProps(symbol, name, arch string, warp int32) []byte {
+	lay := propLayouts[symbol]
+	b := make([]byte, propBufferSize)
+	copy(b, name)
+	copy(b[lay.gcnArchName:], arch)
+	for i := 0; i < 4; i++ {
+		b[lay.warpSize+i] = byte(uint32(warp) >> (8 * i))
+	}
+	return b
+}
+
+func TestParseProps(t *testing.T) {
+	for sym := range propLayouts {
+		b := fakeProps(sym, "AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 64)
+		p, err := parseProps(b, sym, "AMD Instinct MI300X", 64)
+		if err != nil || p.GCNArchName != "gfx942:sramecc+:xnack-" || p.WarpSize != 64 || p.Name != "AMD Instinct MI300X" || p.Layout != sym {
+			t.Errorf("%s: %+v %v", sym, p, err)
+		}
+	}
+	// Reading one layout as the other is caught, not returned as an arch.
+	b := fakeProps("hipGetDevicePropertiesR0000", "AMD Instinct MI250X", "gfx90a:sramecc+:xnack-", 64)
+	if _, err := parseProps(b, "hipGetDevicePropertiesR0600", "AMD Instinct MI250X", 64); err == nil {
+		t.Error("R0000 struct read as R0600 accepted")
+	}
+	b = fakeProps("hipGetDevicePropertiesR0600", "AMD Instinct MI300X", "gfx942", 64)
+	if _, err := parseProps(b, "hipGetDevicePropertiesR0600", "AMD Radeon", 64); err == nil {
+		t.Error("name mismatch accepted")
+	}
+	if _, err := parseProps(b, "hipGetDevicePropertiesR0600", "AMD Instinct MI300X", 32); err == nil {
+		t.Error("warp size mismatch accepted")
+	}
+	if _, err := parseProps(b, "hipGetDevicePropertiesR0600", "AMD Instinct MI300X", -1); err != nil {
+		t.Errorf("unknown warp size: %v", err)
+	}
+	if _, err := parseProps(b, "hipGetDevicePropertiesR9999", "AMD Instinct MI300X", 64); err == nil {
+		t.Error("unknown layout accepted")
+	}
+	if _, err := parseProps(b[:100], "hipGetDevicePropertiesR0600", "", -1); err == nil {
+		t.Error("short buffer accepted")
+	}
+}
+
+func TestArgumentChecks(t *testing.T) {
+	if _, err := MemAlloc(-1); err == nil {
+		t.Fatal("negative alloc")
+	}
+	if p, err := MemAlloc(0); p != 0 || err != nil {
+		t.Fatal("zero alloc")
+	}
+	if err := MemFree(0); err != nil {
+		t.Fatal("free nil")
+	}
+	if err := MemcpyHtoDAsync(0, HostMem{}, 0, 8, 0); err == nil {
+		t.Fatal("async copy outside host buffer")
+	}
+	if _, err := ModuleLoadData(nil); err == nil {
+		t.Fatal("empty image")
+	}
+	if err := LaunchKernel(0, Dim3{0, 1, 1}, Dim3{64, 1, 1}, 0, 0, nil); err == nil {
+		t.Fatal("empty grid")
+	}
+}
+
+// TestAvailableHere loads the real runtime when it is installed (CI
+// installs Debian's libamdhip64-5 and sets DETCOLL_REQUIRE_HIP=1, so there
+// a missing runtime fails the test) and checks what works without a GPU.
+func TestAvailableHere(t *testing.T) {
+	if err := Load(); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Load error %v does not wrap ErrUnavailable", err)
+		}
+		if os.Getenv("DETCOLL_REQUIRE_HIP") == "1" {
+			t.Fatalf("DETCOLL_REQUIRE_HIP=1 but no HIP runtime: %v", err)
+		}
+		if _, err := DeviceCount(); err == nil {
+			t.Fatal("DeviceCount without a runtime succeeded")
+		}
+		if LibraryPath() != "" {
+			t.Fatal("library path without a runtime")
+		}
+		t.Skipf("no HIP runtime (libamdhip64): %v", err)
+	}
+	v, err := RuntimeVersion()
+	if err != nil || VersionMajor(v) < 5 {
+		t.Fatalf("runtime version %d %v", v, err)
+	}
+	t.Logf("HIP runtime %s at %s, properties via %s", VersionString(v), LibraryPath(), SymbolName("hipGetDeviceProperties"))
+	if LibraryPath() == "" {
+		t.Fatal("no library path")
+	}
+	if _, ok := propLayouts[SymbolName("hipGetDeviceProperties")]; !ok {
+		t.Fatalf("bound %s, which has no layout", SymbolName("hipGetDeviceProperties"))
+	}
+	// Names and strings from the real runtime.
+	e := errorOf(sMalloc, ResultOutOfMemory).(*Error)
+	if e.Name != "hipErrorOutOfMemory" {
+		t.Fatalf("runtime names code 2 %q", e.Name)
+	}
+	if e := errorOf(sMalloc, 12345).(*Error); e.Name != "hipError(12345)" {
+		t.Fatalf("runtime's unknown code named %q", e.Name)
+	}
+	if err := Init(); err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Init error %v does not wrap ErrUnavailable", err)
+		}
+		t.Logf("no usable AMD GPU (expected here): %v", err)
+		if _, err := MemAlloc(16); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("MemAlloc without a GPU: %v", err)
+		}
+		if err := Device(0).Do(func() error { return nil }); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Do without a GPU: %v", err)
+		}
+		return
+	}
+	n, err := DeviceCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		p, err := Device(i).Properties()
+		if err != nil {
+			t.Fatalf("device %d: %v", i, err)
+		}
+		t.Logf("device %d: %+v", i, p)
+	}
+}

@@ -1,0 +1,61 @@
+//go:build !cgo
+
+package hip
+
+// Built without cgo: load always fails, so no r* function below is ever
+// reached through the exported API (each returns ResultUnavailable anyway).
+
+func load() error {
+	return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
+		Message: "unavailable: built without cgo", Call: "dlopen"}
+}
+
+func libraryPath() string                { return "" }
+func haveSym(sym) bool                   { return false }
+func resolvedName(s sym) string          { return symbols[s].candidates[0] }
+func rErrorName(Result) (string, bool)   { return "", false }
+func rErrorString(Result) (string, bool) { return "", false }
+
+const u = ResultUnavailable
+
+func rInit() Result                                                    { return u }
+func rInt(sym, int32) Result                                           { return u }
+func rVoid(sym) Result                                                 { return u }
+func rPint(sym, *int32) Result                                         { return u }
+func rDeviceGetString(sym, []byte, Device) Result                      { return u }
+func rDeviceGetAttribute(*int32, DeviceAttribute, Device) Result       { return u }
+func rDeviceTotalMem(*uint64, Device) Result                           { return u }
+func rDeviceCanAccessPeer(*int32, Device, Device) Result               { return u }
+func rDeviceEnablePeerAccess(Device) Result                            { return u }
+func rGetDeviceProperties([]byte, Device) Result                       { return u }
+func rMemGetInfo(_, _ *uint64) Result                                  { return u }
+func rMalloc(*DevicePtr, int) Result                                   { return u }
+func rPtr(sym, DevicePtr) Result                                       { return u }
+func rMemGetAddressRange(*DevicePtr, *uint64, DevicePtr) Result        { return u }
+func rHostMalloc(*HostMem, int) Result                                 { return u }
+func rHostFree(HostMem) Result                                         { return u }
+func rMemcpyHtoD(DevicePtr, []byte) Result                             { return u }
+func rMemcpyDtoH([]byte, DevicePtr) Result                             { return u }
+func rMemcpyDtoD(_, _ DevicePtr, _ int) Result                         { return u }
+func rMemcpyHtoDAsync(DevicePtr, HostMem, int, int, Stream) Result     { return u }
+func rMemcpyDtoHAsync(HostMem, int, DevicePtr, int, Stream) Result     { return u }
+func rMemcpyDtoDAsync(_, _ DevicePtr, _ int, _ Stream) Result          { return u }
+func rMemsetD8(DevicePtr, byte, int) Result                            { return u }
+func rMemsetD8Async(DevicePtr, byte, int, Stream) Result               { return u }
+func rCreate(sym, *uintptr, uint32) Result                             { return u }
+func rHandle(sym, uintptr) Result                                      { return u }
+func rHandle2(sym, uintptr, uintptr) Result                            { return u }
+func rHandle2u(sym, uintptr, uintptr, uint32) Result                   { return u }
+func rHandleInt(sym, uintptr, int32) Result                            { return u }
+func rHandleOut(sym, uintptr, *uintptr) Result                         { return u }
+func rHandlePint(sym, uintptr, *int32) Result                          { return u }
+func rEventElapsedTime(*float32, Event, Event) Result                  { return u }
+func rModuleLoadData(*Module, []byte) Result                           { return u }
+func rModuleGetFunction(*Function, Module, string) Result              { return u }
+func rFuncGetAttribute(*int32, FunctionAttribute, Function) Result     { return u }
+func rLaunchKernel(Function, Dim3, Dim3, uint32, Stream, *Args) Result { return u }
+func rGraphInstantiate(*uintptr, uintptr) Result                       { return u }
+func rIpcGetMemHandle(*IpcMemHandle, DevicePtr) Result                 { return u }
+func rIpcOpenMemHandle(*DevicePtr, *IpcMemHandle, uint32) Result       { return u }
+func rIpcGetEventHandle(*IpcEventHandle, Event) Result                 { return u }
+func rIpcOpenEventHandle(*uintptr, *IpcEventHandle) Result             { return u }

@@ -1,0 +1,365 @@
+package hip
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// Result is a hipError_t.
+type Result int32
+
+// The hipError_t codes detcoll tests for. ResultSymbolNotFound and
+// ResultUnavailable are detcoll's own (negative, never returned by HIP).
+const (
+	ResultSuccess            Result = 0
+	ResultInvalidValue       Result = 1
+	ResultOutOfMemory        Result = 2
+	ResultNotInitialized     Result = 3
+	ResultNoDevice           Result = 100
+	ResultInvalidDevice      Result = 101
+	ResultInvalidImage       Result = 200
+	ResultNoBinaryForGPU     Result = 209
+	ResultPeerAccessUnsupp   Result = 217
+	ResultInvalidHandle      Result = 400
+	ResultNotFound           Result = 500
+	ResultNotReady           Result = 600
+	ResultIllegalAddress     Result = 700
+	ResultPeerAlreadyEnabled Result = 704
+	ResultLaunchFailure      Result = 719
+	ResultNotSupported       Result = 801
+	ResultCaptureInvalidated Result = 901
+	ResultUnknown            Result = 999
+
+	ResultSymbolNotFound Result = -1
+	ResultUnavailable    Result = -2
+)
+
+// resultNames is hipError_t of ROCm 6 (a superset of ROCm 5's: the codes
+// kept their values). Aliases (hipErrorMemoryAllocation = 2, …) are
+// omitted: the first name of each code is the one HIP reports.
+var resultNames = map[Result]string{
+	0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory", 3: "hipErrorNotInitialized",
+	4: "hipErrorDeinitialized", 5: "hipErrorProfilerDisabled", 6: "hipErrorProfilerNotInitialized",
+	7: "hipErrorProfilerAlreadyStarted", 8: "hipErrorProfilerAlreadyStopped", 9: "hipErrorInvalidConfiguration",
+	12: "hipErrorInvalidPitchValue", 13: "hipErrorInvalidSymbol", 17: "hipErrorInvalidDevicePointer",
+	21: "hipErrorInvalidMemcpyDirection", 35: "hipErrorInsufficientDriver", 52: "hipErrorMissingConfiguration",
+	53: "hipErrorPriorLaunchFailure", 98: "hipErrorInvalidDeviceFunction", 100: "hipErrorNoDevice",
+	101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage", 201: "hipErrorInvalidContext",
+	202: "hipErrorContextAlreadyCurrent", 205: "hipErrorMapFailed", 206: "hipErrorUnmapFailed",
+	207: "hipErrorArrayIsMapped", 208: "hipErrorAlreadyMapped", 209: "hipErrorNoBinaryForGpu",
+	210: "hipErrorAlreadyAcquired", 211: "hipErrorNotMapped", 212: "hipErrorNotMappedAsArray",
+	213: "hipErrorNotMappedAsPointer", 214: "hipErrorECCNotCorrectable", 215: "hipErrorUnsupportedLimit",
+	216: "hipErrorContextAlreadyInUse", 217: "hipErrorPeerAccessUnsupported", 218: "hipErrorInvalidKernelFile",
+	219: "hipErrorInvalidGraphicsContext", 300: "hipErrorInvalidSource", 301: "hipErrorFileNotFound",
+	302: "hipErrorSharedObjectSymbolNotFound", 303: "hipErrorSharedObjectInitFailed", 304: "hipErrorOperatingSystem",
+	400: "hipErrorInvalidHandle", 401: "hipErrorIllegalState", 500: "hipErrorNotFound", 600: "hipErrorNotReady",
+	700: "hipErrorIllegalAddress", 701: "hipErrorLaunchOutOfResources", 702: "hipErrorLaunchTimeOut",
+	704: "hipErrorPeerAccessAlreadyEnabled", 705: "hipErrorPeerAccessNotEnabled", 708: "hipErrorSetOnActiveProcess",
+	709: "hipErrorContextIsDestroyed", 710: "hipErrorAssert", 712: "hipErrorHostMemoryAlreadyRegistered",
+	713: "hipErrorHostMemoryNotRegistered", 719: "hipErrorLaunchFailure", 720: "hipErrorCooperativeLaunchTooLarge",
+	801: "hipErrorNotSupported", 900: "hipErrorStreamCaptureUnsupported", 901: "hipErrorStreamCaptureInvalidated",
+	902: "hipErrorStreamCaptureMerge", 903: "hipErrorStreamCaptureUnmatched", 904: "hipErrorStreamCaptureUnjoined",
+	905: "hipErrorStreamCaptureIsolation", 906: "hipErrorStreamCaptureImplicit", 907: "hipErrorCapturedEvent",
+	908: "hipErrorStreamCaptureWrongThread", 910: "hipErrorGraphExecUpdateFailure",
+	911: "hipErrorInvalidChannelDescriptor", 912: "hipErrorInvalidTexture",
+	999: "hipErrorUnknown", 1052: "hipErrorRuntimeMemory", 1053: "hipErrorRuntimeOther",
+	-1: "DETCOLL_SYMBOL_NOT_FOUND", -2: "DETCOLL_HIP_UNAVAILABLE",
+}
+
+// ResultName is the hipError* name of a code from the built-in table (used
+// when hipGetErrorName is unavailable or does not know the code), or
+// "hipError(<n>)".
+func ResultName(r Result) string {
+	if n, ok := resultNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("hipError(%d)", int32(r))
+}
+
+// Error is a failed runtime call.
+type Error struct {
+	Code    Result
+	Name    string // e.g. hipErrorOutOfMemory
+	Message string // the runtime's description, when it says more than the name
+	Call    string // the symbol called, e.g. hipMalloc
+}
+
+func (e *Error) Error() string {
+	s := "hip: " + e.Call + ": " + e.Name
+	if e.Message != "" {
+		s += " (" + e.Message + ")"
+	}
+	return s
+}
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if errors.As(target, &t) {
+		return t.Code == e.Code
+	}
+	return false
+}
+
+// Unwrap makes load failures match ErrUnavailable.
+func (e *Error) Unwrap() error {
+	if e.Code == ResultUnavailable {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// ErrUnavailable is wrapped by every error that means "no usable HIP
+// runtime here": library missing, built without cgo, hipInit failed (no
+// AMD GPU).
+var ErrUnavailable = errors.New("hip: runtime unavailable")
+
+// Device is a HIP device ordinal.
+type Device int32
+
+// DevicePtr is a device address (hipDeviceptr_t).
+type DevicePtr uint64
+
+// Add offsets a device pointer by n bytes.
+func (p DevicePtr) Add(n int) DevicePtr { return p + DevicePtr(n) }
+
+// Stream is a hipStream_t; the zero value is the null stream.
+type Stream uintptr
+
+// Event is a hipEvent_t.
+type Event uintptr
+
+// Module is a hipModule_t.
+type Module uintptr
+
+// Function is a hipFunction_t.
+type Function uintptr
+
+// Graph is a hipGraph_t.
+type Graph uintptr
+
+// GraphExec is a hipGraphExec_t.
+type GraphExec uintptr
+
+// IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
+type IpcMemHandle [64]byte
+
+// IpcEventHandle is a hipIpcEventHandle_t (64 bytes).
+type IpcEventHandle [64]byte
+
+// HostMem is pinned host memory from MemAllocHost (C memory: Go may read
+// and write it through Bytes, and the runtime may use it asynchronously).
+type HostMem struct {
+	p unsafe.Pointer
+	n int
+}
+
+// Len is the size in bytes.
+func (h HostMem) Len() int { return h.n }
+
+// Bytes is a Go view of the memory (valid until MemFreeHost).
+func (h HostMem) Bytes() []byte {
+	if h.p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(h.p), h.n)
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// DeviceAttribute is a hipDeviceAttribute_t (values of ROCm 5.x and 6.x,
+// which agree).
+type DeviceAttribute int32
+
+// The device attributes detcoll reads.
+const (
+	AttrClockRate              DeviceAttribute = 5 // kHz
+	AttrIntegrated             DeviceAttribute = 16
+	AttrL2CacheSize            DeviceAttribute = 19
+	AttrComputeCapabilityMajor DeviceAttribute = 23
+	AttrMaxThreadsPerBlock     DeviceAttribute = 56
+	AttrMemoryBusWidth         DeviceAttribute = 59 // bits
+	AttrMemoryClockRate        DeviceAttribute = 60 // kHz
+	AttrComputeCapabilityMinor DeviceAttribute = 61
+	AttrMultiprocessorCount    DeviceAttribute = 63 // compute units
+	AttrPCIBusID               DeviceAttribute = 67
+	AttrPCIDeviceID            DeviceAttribute = 68
+	AttrPCIDomainID            DeviceAttribute = 69
+	AttrUnifiedAddressing      DeviceAttribute = 85
+	AttrWarpSize               DeviceAttribute = 87 // the wavefront: 64 on CDNA (gfx9), 32 or 64 on RDNA
+)
+
+// FunctionAttribute is a hipFunction_attribute.
+type FunctionAttribute int32
+
+// Function attributes (for reports: registers, spills).
+const (
+	FuncMaxThreadsPerBlock FunctionAttribute = 0
+	FuncSharedSizeBytes    FunctionAttribute = 1
+	FuncConstSizeBytes     FunctionAttribute = 2
+	FuncLocalSizeBytes     FunctionAttribute = 3
+	FuncNumRegs            FunctionAttribute = 4
+)
+
+// Stream, event and IPC flags.
+const (
+	StreamDefault     uint32 = 0
+	StreamNonBlocking uint32 = 1
+
+	EventDefault       uint32 = 0
+	EventBlockingSync  uint32 = 1
+	EventDisableTiming uint32 = 2
+	EventInterprocess  uint32 = 4
+
+	// IpcMemLazyEnablePeerAccess is the one flag hipIpcOpenMemHandle takes.
+	IpcMemLazyEnablePeerAccess uint32 = 1
+)
+
+// CaptureMode is a hipStreamCaptureMode.
+type CaptureMode int32
+
+const (
+	CaptureGlobal      CaptureMode = 0
+	CaptureThreadLocal CaptureMode = 1
+	CaptureRelaxed     CaptureMode = 2
+)
+
+// CaptureStatus is a hipStreamCaptureStatus.
+type CaptureStatus int32
+
+const (
+	CaptureNone        CaptureStatus = 0
+	CaptureActive      CaptureStatus = 1
+	CaptureInvalidated CaptureStatus = 2
+)
+
+// Kernel parameter limits of Args.
+const (
+	MaxArgBytes = 4096
+	MaxArgs     = 64
+)
+
+// Args lays out kernel parameters, one call per parameter of the kernel, in
+// order, each at its natural alignment (the same rules as internal/cuda's
+// Args: the kernels are the same source). The zero value is ready to use;
+// Reset reuses it. LaunchKernel copies the bytes into C memory, so the Args
+// may be reused as soon as it returns.
+type Args struct {
+	buf  [MaxArgBytes]byte
+	offs [MaxArgs]int32
+	n    int
+	size int
+	err  error
+}
+
+// Reset empties the parameter list.
+func (a *Args) Reset() { a.n, a.size, a.err = 0, 0, nil }
+
+// Len is the number of parameters.
+func (a *Args) Len() int { return a.n }
+
+// Err is the first layout error (too many or too large parameters).
+func (a *Args) Err() error { return a.err }
+
+// Raw appends one parameter of len(b) bytes at the given alignment (a power
+// of two ≤ 16); used for structs passed by value.
+func (a *Args) Raw(b []byte, align int) *Args {
+	if a.err != nil {
+		return a
+	}
+	if align < 1 || align > 16 || align&(align-1) != 0 {
+		a.err = fmt.Errorf("hip: kernel parameter %d: alignment %d is not a power of two ≤ 16", a.n, align)
+		return a
+	}
+	off := (a.size + align - 1) &^ (align - 1)
+	if a.n >= MaxArgs || off+len(b) > MaxArgBytes {
+		a.err = fmt.Errorf("hip: kernel parameters exceed %d parameters or %d bytes", MaxArgs, MaxArgBytes)
+		return a
+	}
+	copy(a.buf[off:], b)
+	a.offs[a.n] = int32(off)
+	a.n++
+	a.size = off + len(b)
+	return a
+}
+
+func (a *Args) put(v uint64, size int) *Args {
+	var b [8]byte
+	for i := 0; i < size; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+	return a.Raw(b[:size], size)
+}
+
+// Ptr appends a device pointer (8 bytes).
+func (a *Args) Ptr(p DevicePtr) *Args { return a.put(uint64(p), 8) }
+
+// U64 appends an unsigned 64-bit integer.
+func (a *Args) U64(v uint64) *Args { return a.put(v, 8) }
+
+// I64 appends a signed 64-bit integer (long long).
+func (a *Args) I64(v int64) *Args { return a.put(uint64(v), 8) }
+
+// U32 appends an unsigned 32-bit integer.
+func (a *Args) U32(v uint32) *Args { return a.put(uint64(v), 4) }
+
+// I32 appends a signed 32-bit integer (int).
+func (a *Args) I32(v int32) *Args { return a.put(uint64(uint32(v)), 4) }
+
+// F32 appends a float.
+func (a *Args) F32(v float32) *Args { return a.put(uint64(math.Float32bits(v)), 4) }
+
+// F64 appends a double.
+func (a *Args) F64(v float64) *Args { return a.put(math.Float64bits(v), 8) }
+
+// layout returns the laid-out buffer and offsets.
+func (a *Args) layout() ([]byte, []int32) { return a.buf[:a.size], a.offs[:a.n] }
+
+// DeviceProps are the hipDeviceProp_t fields detcoll uses.
+type DeviceProps struct {
+	Name        string // marketing name, e.g. "AMD Instinct MI300X"
+	GCNArchName string // target ID, e.g. "gfx942:sramecc+:xnack-"
+	WarpSize    int    // wavefront size: 64 on CDNA
+	Layout      string // the symbol that filled the struct, e.g. hipGetDevicePropertiesR0600
+}
+
+// parseProps reads DeviceProps from a hipDeviceProp_t filled by symbol
+// (see propLayouts) and checks them against what the runtime reports
+// through other calls (name from hipDeviceGetName, warp size from
+// hipDeviceAttributeWarpSize; a negative warp size skips that check).
+func parseProps(buf []byte, symbol, wantName string, wantWarp int) (DeviceProps, error) {
+	lay, ok := propLayouts[symbol]
+	if !ok {
+		return DeviceProps{}, fmt.Errorf("hip: unknown hipDeviceProp_t layout for %s", symbol)
+	}
+	if len(buf) < lay.size {
+		return DeviceProps{}, fmt.Errorf("hip: %s: buffer of %d bytes for a %d-byte struct", symbol, len(buf), lay.size)
+	}
+	p := DeviceProps{
+		Name:        cString(buf[:nameLen]),
+		GCNArchName: cString(buf[lay.gcnArchName : lay.gcnArchName+nameLen]),
+		WarpSize:    int(int32(uint32(buf[lay.warpSize]) | uint32(buf[lay.warpSize+1])<<8 | uint32(buf[lay.warpSize+2])<<16 | uint32(buf[lay.warpSize+3])<<24)),
+		Layout:      symbol,
+	}
+	switch {
+	case wantName != "" && p.Name != wantName:
+		return p, fmt.Errorf("hip: %s: the name field reads %q, hipDeviceGetName says %q: not the struct layout detcoll knows", symbol, p.Name, wantName)
+	case wantWarp >= 0 && p.WarpSize != wantWarp:
+		return p, fmt.Errorf("hip: %s: warpSize reads %d, hipDeviceAttributeWarpSize says %d: not the struct layout detcoll knows", symbol, p.WarpSize, wantWarp)
+	case len(p.GCNArchName) < 4 || p.GCNArchName[:3] != "gfx":
+		return p, fmt.Errorf("hip: %s: gcnArchName reads %q, not a gfx target: not the struct layout detcoll knows", symbol, p.GCNArchName)
+	}
+	return p, nil
+}
+
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,419 @@
+package hiprtc
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// ErrUnavailable is wrapped by errors meaning "no usable hiprtc here".
+var ErrUnavailable = errors.New("hiprtc: unavailable")
+
+// ErrTargetUnsupported is wrapped when the loaded hiprtc (its comgr) does
+// not know the processor asked for.
+var ErrTargetUnsupported = errors.New("hiprtc: target not supported by this hiprtc")
+
+// Result is a hiprtcResult.
+type Result int32
+
+// Results detcoll names.
+const (
+	ResultSuccess      Result = 0
+	ResultInvalidInput Result = 3
+	ResultInvalidOpt   Result = 5
+	ResultCompilation  Result = 6
+	ResultUnavailable  Result = -2
+)
+
+var resultNames = []string{
+	"HIPRTC_SUCCESS", "HIPRTC_ERROR_OUT_OF_MEMORY", "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE",
+	"HIPRTC_ERROR_INVALID_INPUT", "HIPRTC_ERROR_INVALID_PROGRAM", "HIPRTC_ERROR_INVALID_OPTION",
+	"HIPRTC_ERROR_COMPILATION", "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE",
+	"HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION", "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
+	"HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID", "HIPRTC_ERROR_INTERNAL_ERROR",
+}
+
+// ResultName is the HIPRTC_* name of a code.
+func ResultName(r Result) string {
+	if r >= 0 && int(r) < len(resultNames) {
+		return resultNames[r]
+	}
+	switch r {
+	case ResultUnavailable:
+		return "DETCOLL_HIPRTC_UNAVAILABLE"
+	case 100:
+		return "HIPRTC_ERROR_LINKING" // ROCm 5.3 and later
+	}
+	return fmt.Sprintf("HIPRTC_ERROR_%d", int32(r))
+}
+
+// Error is a failed hiprtc call. For compilation failures Log holds the
+// program log.
+type Error struct {
+	Code    Result
+	Name    string
+	Message string
+	Call    string
+	Log     string
+}
+
+func (e *Error) Error() string {
+	s := "hiprtc: " + e.Call + ": " + e.Name
+	if e.Message != "" {
+		s += " (" + e.Message + ")"
+	}
+	if e.Log != "" {
+		s += "\n" + strings.TrimSpace(e.Log)
+	}
+	return s
+}
+
+// Is matches *Error values by code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code
+}
+
+// Unwrap makes load failures match ErrUnavailable.
+func (e *Error) Unwrap() error {
+	if e.Code == ResultUnavailable {
+		return ErrUnavailable
+	}
+	return nil
+}
+
+func errorOf(call string, r Result) error {
+	if r == ResultSuccess {
+		return nil
+	}
+	e := &Error{Code: r, Name: ResultName(r), Call: call}
+	if m, ok := rErrorString(r); ok && m != e.Name {
+		e.Message = m
+	}
+	return e
+}
+
+var (
+	loadOnce  sync.Once
+	loadErr   error
+	comgrOnce sync.Once
+	comgrISAs []string
+	comgrErr  error
+)
+
+// Init loads hiprtc once per process.
+func Init() error {
+	loadOnce.Do(func() { loadErr = load() })
+	return loadErr
+}
+
+// Available reports why hiprtc cannot be used here, or nil.
+func Available() error { return Init() }
+
+// LibraryPath is the hiprtc library loaded ("" if none).
+func LibraryPath() string {
+	if Init() != nil {
+		return ""
+	}
+	return libraryPath()
+}
+
+// Version is hiprtc's (major, minor).
+func Version() (major, minor int, err error) {
+	if err := Init(); err != nil {
+		return 0, 0, err
+	}
+	return rVersion()
+}
+
+// VersionString is "major.minor", "" when unavailable.
+func VersionString() string {
+	ma, mi, err := Version()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d.%d", ma, mi)
+}
+
+// SupportedTargets lists the processors (gfx90a, gfx942, …) that the
+// code object manager next to hiprtc can compile for, sorted; nil with an
+// error when comgr cannot be loaded (then the list is unknown).
+func SupportedTargets() ([]string, error) {
+	comgrOnce.Do(func() {
+		isas, err := rComgrISAs()
+		if err != nil {
+			comgrErr = err
+			return
+		}
+		seen := map[string]bool{}
+		for _, isa := range isas {
+			// "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-" → gfx90a
+			_, id, ok := strings.Cut(isa, "--")
+			if !ok {
+				continue
+			}
+			if p, _, err := ParseTargetID(id); err == nil && !seen[p] {
+				seen[p] = true
+				comgrISAs = append(comgrISAs, p)
+			}
+		}
+		sort.Strings(comgrISAs)
+	})
+	return comgrISAs, comgrErr
+}
+
+// ComgrPath is the comgr library that SupportedTargets loaded ("" if none).
+func ComgrPath() string {
+	if _, err := SupportedTargets(); err != nil {
+		return ""
+	}
+	return comgrPath()
+}
+
+var processorRE = regexp.MustCompile(`^gfx[0-9a-f]{3,4}$|^gfx[0-9]+(-[0-9]+)?-generic$`)
+
+// ParseTargetID splits an AMD GPU target ID, the gcnArchName of a device
+// (e.g. "gfx942:sramecc+:xnack-"), into its processor ("gfx942") and its
+// feature settings (["sramecc+", "xnack-"]).
+func ParseTargetID(id string) (processor string, features []string, err error) {
+	parts := strings.Split(strings.TrimSpace(id), ":")
+	processor = parts[0]
+	if !processorRE.MatchString(processor) {
+		return "", nil, fmt.Errorf("hiprtc: %q is not an AMD GPU target (want e.g. gfx942 or gfx90a:sramecc+:xnack-)", id)
+	}
+	for _, f := range parts[1:] {
+		if len(f) < 2 || (f[len(f)-1] != '+' && f[len(f)-1] != '-') {
+			return "", nil, fmt.Errorf("hiprtc: target %q: feature %q is not <name>+ or <name>-", id, f)
+		}
+		features = append(features, f)
+	}
+	return processor, features, nil
+}
+
+// ArithmeticOptions are always passed: no contraction, no fast math, f32
+// denormals kept (see the package doc).
+var ArithmeticOptions = []string{"-ffp-contract=off", "-fno-fast-math", "-fno-gpu-flush-denormals-to-zero"}
+
+// forbidden are option prefixes that would change values or the target.
+var forbidden = []string{
+	"-ffast-math", "-funsafe-math-optimizations", "-fassociative-math", "-freciprocal-math",
+	"-fapprox-func", "-ffinite-math-only", "-fno-honor-nans", "-fno-honor-infinities",
+	"-ffp-contract", "-fgpu-flush-denormals-to-zero", "-fcuda-flush-denormals-to-zero",
+	"-fdenormal-fp-math", "-ffp-model", "-fno-signed-zeros", "-ocml", "-mcode-object",
+	"--offload-arch", "-offload-arch", "--gpu-architecture", "-mcpu", "-march", "--amdgpu-target",
+	"--cuda-gpu-arch", "-fgpu-rdc",
+}
+
+// Options builds the option list for a processor: the target, -O3, C++17,
+// the arithmetic options, then extra. extra must not weaken the arithmetic
+// options nor name another target; such options are rejected.
+func Options(processor string, extra ...string) ([]string, error) {
+	if !processorRE.MatchString(processor) {
+		return nil, fmt.Errorf("hiprtc: %q is not a processor (want e.g. gfx942; ParseTargetID strips features)", processor)
+	}
+	opts := []string{"--offload-arch=" + processor, "-O3", "-std=c++17"}
+	opts = append(opts, ArithmeticOptions...)
+	for _, x := range extra {
+		l := strings.ToLower(strings.TrimSpace(x))
+		for _, bad := range forbidden {
+			if strings.HasPrefix(l, bad) {
+				return nil, fmt.Errorf("hiprtc: option %q is not allowed (DESIGN.md section 3; the target is chosen by Build)", x)
+			}
+		}
+		opts = append(opts, x)
+	}
+	return opts, nil
+}
+
+// CacheKey is the hex sha256 of everything that determines the image.
+func CacheKey(source string, options []string, hiprtcVersion, library, processor string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "detcoll-hip-kernel-cache-v1\x00%s\x00%s\x00%s\x00%d\x00", hiprtcVersion, library, processor, len(options))
+	for _, o := range options {
+		fmt.Fprintf(h, "%d:%s\x00", len(o), o)
+	}
+	fmt.Fprintf(h, "%d:", len(source))
+	h.Write([]byte(source))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CacheDir is the disk cache directory: $DETCOLL_CACHE_DIR, else
+// os.UserCacheDir()/detcoll/kernels, else "" (no disk cache).
+func CacheDir() string {
+	if d := os.Getenv(CacheEnv); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil || d == "" {
+		return ""
+	}
+	return filepath.Join(d, "detcoll", "kernels")
+}
+
+// Program is a compiled code object.
+type Program struct {
+	Image     []byte      // the code object (an AMDGPU ELF) for hipModuleLoadData
+	Processor string      // e.g. gfx942
+	Options   []string    // the options used
+	Log       string      // the compiler's log (warnings), if any
+	Key       string      // the cache key
+	From      string      // "compiled", "memory" or "disk"
+	Version   string      // hiprtc "major.minor"
+	Object    *CodeObject // what Inspect found in Image
+}
+
+var (
+	mu       sync.Mutex
+	memCache = map[string]*Program{}
+)
+
+// Compile compiles source without any cache or check. name is the program
+// name used in messages; options must name the target (see Options).
+func Compile(source, name string, options []string) (image []byte, log string, err error) {
+	if err := Init(); err != nil {
+		return nil, "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return rCompile(source, name, options)
+}
+
+// CheckTarget reports whether the loaded hiprtc can compile for processor:
+// nil when comgr lists it or when the list is unknown; an error wrapping
+// ErrTargetUnsupported otherwise.
+func CheckTarget(processor string) error {
+	list, err := SupportedTargets()
+	if err != nil || len(list) == 0 {
+		return nil
+	}
+	for _, p := range list {
+		if p == processor {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s (hiprtc %s at %s knows %s)", ErrTargetUnsupported, processor, VersionString(), LibraryPath(), strings.Join(list, " "))
+}
+
+// Build compiles source for the device whose gcnArchName (target ID) is
+// target, using and filling the caches, and checks the code object
+// (Inspect, CheckArithmetic) before returning or caching it.
+func Build(source, name, target string, extra ...string) (*Program, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	proc, _, err := ParseTargetID(target)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckTarget(proc); err != nil {
+		return nil, err
+	}
+	opts, err := Options(proc, extra...)
+	if err != nil {
+		return nil, err
+	}
+	ver := VersionString()
+	libFile := LibraryPath()
+	if real, err := filepath.EvalSymlinks(libFile); err == nil {
+		libFile = real // e.g. libamdhip64.so.5.2.21153: the patch level counts
+	}
+	key := CacheKey(source, opts, ver, filepath.Base(libFile), proc)
+
+	mu.Lock()
+	if p, ok := memCache[key]; ok {
+		mu.Unlock()
+		q := *p
+		q.From = "memory"
+		return &q, nil
+	}
+	mu.Unlock()
+
+	p := &Program{Processor: proc, Options: opts, Key: key, Version: ver}
+	path := cachePath(key)
+	if path != "" {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			if obj, err := checkImage(b, proc); err == nil {
+				p.Image, p.Object, p.From = b, obj, "disk"
+			}
+		}
+	}
+	if p.Image == nil {
+		img, log, err := Compile(source, name, opts)
+		if err != nil {
+			return nil, err
+		}
+		obj, err := checkImage(img, proc)
+		if err != nil {
+			return nil, fmt.Errorf("hiprtc: %s for %s: %w", name, proc, err)
+		}
+		p.Image, p.Object, p.Log, p.From = img, obj, log, "compiled"
+		if path != "" {
+			writeAtomic(path, img) // best effort
+		}
+	}
+	mu.Lock()
+	memCache[key] = p
+	mu.Unlock()
+	q := *p
+	return &q, nil
+}
+
+func checkImage(img []byte, proc string) (*CodeObject, error) {
+	obj, err := Inspect(img)
+	if err != nil {
+		return nil, err
+	}
+	if err := obj.CheckArithmetic(); err != nil {
+		return nil, err
+	}
+	if obj.Processor != "" && obj.Processor != proc {
+		return nil, fmt.Errorf("code object is for %s, not %s", obj.Processor, proc)
+	}
+	return obj, nil
+}
+
+// Invalidate forgets a cached image (memory and disk), e.g. after the
+// runtime refused to load it.
+func Invalidate(key string) {
+	mu.Lock()
+	delete(memCache, key)
+	mu.Unlock()
+	if p := cachePath(key); p != "" {
+		_ = os.Remove(p)
+	}
+}
+
+func cachePath(key string) string {
+	d := CacheDir()
+	if d == "" {
+		return ""
+	}
+	return filepath.Join(d, key+".hsaco")
+}
+
+func writeAtomic(path string, b []byte) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if werr != nil || cerr != nil {
+		_ = os.Remove(f.Name())
+		return
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		_ = os.Remove(f.Name())
+	}
+}
