@@ -38,6 +38,15 @@ tests() { # name, -test.run pattern
 }
 step tests && tests tests-ipc 'GPUIPC'
 step alltests && tests tests-all 'GPU'
+if step others; then
+	# The layers over ncclcomm (their CP/TP lanes now take the peer-memory path).
+	for p in gpuattn gpuffn; do
+		start=$SECONDS
+		L bin/$p.test -test.run GPU -test.v -test.timeout 300s > "$OUT/tests-$p.log" 2>&1
+		t=$?; [ $t -ne 0 ] && rc=1
+		echo "== tests-$p: exit $t in $((SECONDS-start)) s; $(grep -c -- '--- PASS' "$OUT/tests-$p.log") passed, $(grep -c -- '--- FAIL' "$OUT/tests-$p.log") failed, $(grep -c -- '--- SKIP' "$OUT/tests-$p.log") skipped"
+	done
+fi
 
 bench() { # name, extra flags...
 	local name=$1; shift
@@ -71,10 +80,10 @@ fi
 if step large; then
 	# Large messages: most blocks and capacity, A/B in one run (graphs).
 	mkdir -p "$OUT/sweep"
-	for v in "32 67108864" "64 67108864" "32 68157440" "64 68157440"; do
-		set -- $v
-		(export ITERS=20 SAMPLES=5 WARMUP=5 DETCOLL_IPC_BLOCKS=$1 DETCOLL_IPC_BYTES=$2 SIZES="16777216 67108864 268435456" ALGS=two_shot
-		 bench sweep/large-$1-$2 --graph)
+	for b in ${LARGE_BLOCKS:-32 64}; do
+		(export ITERS=20 SAMPLES=5 WARMUP=5 DETCOLL_IPC_BLOCKS=$b DETCOLL_IPC_BYTES=${LARGE_CAP:-67108864}
+		 export SIZES="16777216 67108864 268435456" ALGS=two_shot
+		 bench sweep/large-blocks-$b --graph)
 	done
 	for f in "$OUT"/sweep/*.json; do python3 docs/benchmarks/ipc_summary.py "$f"; done > "$OUT/sweep-summary.txt"
 	tar -C "$OUT" -czf "$OUT/sweep.tar.gz" sweep && rm -rf "$OUT/sweep"

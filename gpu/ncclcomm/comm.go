@@ -864,7 +864,7 @@ func (c *Comm) resolve(opts []CallOption, bytes int) callConfig {
 		}
 	}
 	switch {
-	case cc.alg == detcoll.Auto && c.ipc != nil && bytes <= c.ipc.geom.oneShot:
+	case cc.alg == detcoll.Auto && c.ipc != nil && bytes*(c.size-1) <= c.ipc.geom.oneShot:
 		cc.alg = detcoll.OneShot
 	case cc.alg == detcoll.Auto && c.ipc != nil && (AutoIPCReduceBytes == 0 || bytes <= AutoIPCReduceBytes):
 		cc.alg = detcoll.TwoShot

@@ -129,4 +129,23 @@
 // 8 are this package's kernels/fast.cu, the tree unrolled at compile time
 // over the element types of package gpu (same arithmetic code, same bits);
 // other W use package gpu's kernels. None of these choices changes a bit.
+//
+// # Peer memory (CUDA IPC)
+//
+// When every rank is on one host, in its own process, and every pair of
+// GPUs has peer access (checked at New, the same answer on every rank;
+// IPC reports it), New also maps every peer's staging buffer (2 × the
+// capacity of WithIPC, default DefaultIPCBytes, plus IPCHeaderBytes per
+// rank) and the algorithms OneShot and TwoShot run as one kernel each over
+// NVLink stores: one-shot AllReduce (LL lines for small messages),
+// two-shot AllReduce, and peer-memory ReduceScatter and AllGather (forced
+// with OneShot or TwoShot, NCCL with GatherTree or A2ATree). Auto then
+// picks peer memory at every size (AutoOneShotBytes splits one-shot from
+// two-shot). The protocol keeps its sequence numbers in device memory, so
+// these collectives are stream-ordered and can be captured in CUDA graphs
+// like the others; every device wait is bounded (WithIPCTimeout) and a
+// timeout poisons the communicator with ErrIPCTimeout, reported by the next
+// call or Synchronize; Close meets every rank before freeing the staging.
+// Without peer memory OneShot and TwoShot run as GatherTree and A2ATree.
+// docs/ipc.md has the protocol, the thresholds and their measurements.
 package ncclcomm

@@ -72,9 +72,12 @@ var DefaultIPCTimeout = 30 * time.Second
 // Automatic choice with peer memory (measured on two H200s; see
 // docs/benchmarks/ and docs/ipc.md). Sizes are bytes of one rank's input.
 var (
-	// AutoOneShotBytes: AllReduce up to this size runs one-shot, above it
-	// two-shot.
-	AutoOneShotBytes = 1 << 20
+	// AutoOneShotBytes: AllReduce runs one-shot while (W-1) × the message,
+	// the bytes each rank writes to its peers, is at most this, and
+	// two-shot above. On two H200s one-shot won up to 4 MiB and two-shot
+	// from 16 MiB (docs/ipc.md); for W > 2 the rule is an extrapolation
+	// (equal bytes written per rank), not a measurement.
+	AutoOneShotBytes = 4 << 20
 	// AutoIPCReduceBytes: AllReduce and ReduceScatter above this size use
 	// NCCL (a2a_tree) instead of peer memory; 0 means never.
 	AutoIPCReduceBytes = 0
@@ -337,6 +340,39 @@ func envInt(name string, def, lo, hi int) (int, error) {
 // ipcRecord is what every rank publishes at set-up.
 const ipcRecordBytes = 1 + 64 + 16 + 64 + 8 + 5*8
 
+// ipcDecide reads every rank's set-up record (rank order) and says why the
+// peer-memory path cannot be used ("" when it can, as far as the records
+// tell: peer access is checked next), or returns an error when the ranks'
+// configurations disagree (the grid and slots of every launch follow from
+// it, so they must be equal). Every rank reaches the same answer.
+func ipcDecide(all []byte) (why string, err error) {
+	w := len(all) / ipcRecordBytes
+	rec := func(p int) []byte { return all[p*ipcRecordBytes : (p+1)*ipcRecordBytes] }
+	for p := 0; p < w; p++ {
+		if rec(p)[0] == 0 {
+			return fmt.Sprintf("rank %d could not allocate or export its staging buffer", p), nil
+		}
+	}
+	first := rec(0)
+	for p := 1; p < w; p++ {
+		r := rec(p)
+		if string(r[153:]) != string(first[153:]) {
+			return "", fmt.Errorf("%w: rank %d has another IPC configuration than rank 0 (capacity, %s, %s, %s, %s must agree)",
+				detcoll.ErrInvalidArgument, p, IPCBlocksEnv, IPCBlockBytesEnv, IPCLLBytesEnv, IPCOneShotBytesEnv)
+		}
+		if string(r[1:65]) != string(first[1:65]) {
+			return fmt.Sprintf("ranks on more than one host (rank 0 on %q, rank %d on %q)",
+				strings.TrimRight(string(first[1:65]), "\x00"), p, strings.TrimRight(string(r[1:65]), "\x00")), nil
+		}
+		for q := 0; q < p; q++ {
+			if binary.LittleEndian.Uint64(r[145:]) == binary.LittleEndian.Uint64(rec(q)[145:]) {
+				return fmt.Sprintf("ranks %d and %d share a process (CUDA IPC needs one process per GPU)", q, p), nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // encode writes the geometry, which every rank must share (the grid and
 // the slots of every launch follow from it).
 func (g ipcGeom) encode(b []byte) {
@@ -408,23 +444,13 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 		return fmt.Errorf("ncclcomm: New: exchanging IPC handles: %w", err)
 	}
 	rec := func(p int) []byte { return all[p*ipcRecordBytes : (p+1)*ipcRecordBytes] }
-	why := ""
+	why, err := ipcDecide(all)
+	if err != nil {
+		c.dev.Do(func() error { st.free(); return nil })
+		return fmt.Errorf("ncclcomm: New: %w", err)
+	}
 	if lerr != nil {
 		why = fmt.Sprintf("rank %d could not allocate or export its staging buffer: %v", c.rank, lerr)
-	}
-	for p := 0; p < w && why == ""; p++ {
-		switch r := rec(p); {
-		case r[0] == 0:
-			why = fmt.Sprintf("rank %d could not allocate or export its staging buffer", p)
-		case string(r[1:65]) != string(mine[1:65]):
-			why = fmt.Sprintf("ranks on more than one host (rank %d on %q)", p, strings.TrimRight(string(r[1:65]), "\x00"))
-		case p != c.rank && binary.LittleEndian.Uint64(r[145:]) == uint64(os.Getpid()):
-			why = "two ranks in one process (CUDA IPC needs one process per GPU)"
-		case string(r[153:]) != string(mine[153:]):
-			c.dev.Do(func() error { st.free(); return nil })
-			return fmt.Errorf("ncclcomm: New: %w: rank %d has another IPC configuration than rank %d (capacity, %s, %s, %s, %s must agree)",
-				detcoll.ErrInvalidArgument, p, c.rank, IPCBlocksEnv, IPCBlockBytesEnv, IPCLLBytesEnv, IPCOneShotBytesEnv)
-		}
 	}
 	// Round 2: every peer's GPU visible here with peer access, and its
 	// staging mapped.

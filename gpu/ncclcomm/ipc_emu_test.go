@@ -3,9 +3,11 @@ package ncclcomm
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -512,5 +514,52 @@ func TestIPCPlan(t *testing.T) {
 	a.encode(b[:])
 	if binary.LittleEndian.Uint32(b[152:]) != 3 || binary.LittleEndian.Uint32(b[156:]) != 8 {
 		t.Fatal("dc_ipc layout: rank and w are not at bytes 152 and 156")
+	}
+}
+
+// TestIPCDecide: the set-up records decide the peer-memory path the same
+// way on every rank: one host, one process per rank, every rank able to
+// export, and one configuration (else an error).
+func TestIPCDecide(t *testing.T) {
+	g := ipcGeom{w: 3, capacity: 1 << 20, maxBlocks: 8, blockBytes: 1 << 14, llBytes: 1 << 10, oneShot: 1 << 20}
+	mk := func(host string, pid uint64, ok bool, g ipcGeom) []byte {
+		r := make([]byte, ipcRecordBytes)
+		if ok {
+			r[0] = 1
+		}
+		copy(r[1:65], host)
+		binary.LittleEndian.PutUint64(r[145:], pid)
+		g.encode(r[153:])
+		return r
+	}
+	join := func(rs ...[]byte) []byte { return bytes.Join(rs, nil) }
+	g2 := g
+	g2.maxBlocks = 9
+	cases := []struct {
+		name    string
+		all     []byte
+		why     string // substring; "" means the path is on
+		invalid bool
+	}{
+		{"one host", join(mk("a", 1, true, g), mk("a", 2, true, g), mk("a", 3, true, g)), "", false},
+		{"two hosts", join(mk("a", 1, true, g), mk("b", 2, true, g), mk("a", 3, true, g)), "more than one host", false},
+		{"one process", join(mk("a", 1, true, g), mk("a", 2, true, g), mk("a", 1, true, g)), "ranks 0 and 2 share a process", false},
+		{"export failed", join(mk("a", 1, true, g), mk("a", 2, false, g), mk("a", 3, true, g)), "rank 1 could not", false},
+		{"configurations differ", join(mk("a", 1, true, g), mk("a", 2, true, g2), mk("a", 3, true, g)), "", true},
+	}
+	for _, c := range cases {
+		why, err := ipcDecide(c.all)
+		switch {
+		case c.invalid:
+			if !errors.Is(err, detcoll.ErrInvalidArgument) {
+				t.Errorf("%s: got %q, %v; want ErrInvalidArgument", c.name, why, err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.why == "" && why != "":
+			t.Errorf("%s: off (%s), want on", c.name, why)
+		case c.why != "" && !strings.Contains(why, c.why):
+			t.Errorf("%s: why %q, want %q", c.name, why, c.why)
+		}
 	}
 }
