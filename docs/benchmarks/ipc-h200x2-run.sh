@@ -37,6 +37,13 @@ tests() { # name, -test.run pattern
 	grep -E -- '--- (FAIL|SKIP)|panic|checks, [1-9][0-9]* failed|ErrIPC|timeout|close:' "$OUT/$1.log" | head -12
 }
 step tests && tests tests-ipc 'GPUIPC'
+if step onegpu; then
+	# W = 2…8 ranks as streams of one process on GPU 0 (no launcher).
+	start=$SECONDS
+	bin/ncclcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 500s > "$OUT/tests-onegpu.log" 2>&1
+	t=$?; [ $t -ne 0 ] && rc=1
+	echo "== tests-onegpu: exit $t in $((SECONDS-start)) s"; grep -E -- '--- |W=' "$OUT/tests-onegpu.log" | head -12
+fi
 step alltests && tests tests-all 'GPU'
 if step others; then
 	# The layers over ncclcomm (their CP/TP lanes now take the peer-memory path).
