@@ -232,7 +232,9 @@ func ipcKernelName(op ipcOp, dt dtype.DType, acc detcoll.Accumulate) string {
 	if dt == dtype.BF16 || dt == dtype.FP16 {
 		v += "_" + acc.String()
 	}
-	return fmt.Sprintf("detcoll_ipc_%s_%s", [...]string{"ar1", "ar2", "rs", "", "ar1ll", "rsll"}[op], v)
+	// The one-shot AllReduce is the ReduceScatter kernel with an input
+	// stride of 0 (every peer gets the whole input).
+	return fmt.Sprintf("detcoll_ipc_%s_%s", [...]string{"rs", "ar2", "rs", "", "rsll", "rsll"}[op], v)
 }
 
 func ipcKernelNames() []string {
@@ -243,7 +245,7 @@ func ipcKernelNames() []string {
 			accs = append(accs, detcoll.AccumulateF32)
 		}
 		for _, acc := range accs {
-			for _, op := range []ipcOp{ipcAR1, ipcAR2, ipcRS, ipcAR1LL, ipcRSLL} {
+			for _, op := range []ipcOp{ipcAR2, ipcRS, ipcRSLL} {
 				names = append(names, ipcKernelName(op, dt, acc))
 			}
 		}

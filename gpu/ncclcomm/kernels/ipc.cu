@@ -32,17 +32,18 @@
 // too. Every later call sees the device error word and returns at once.
 //
 // Kernels (T: element type, W: DC_IPC_W):
-//   detcoll_ipc_ar1_<type>   one-shot AllReduce: push the input to every peer,
-//                            reduce all W locally
 //   detcoll_ipc_ar2_<type>   two-shot AllReduce: push shard j to rank j; rank
 //                            j reduces it, writes it to its output and pushes
 //                            it to every peer; copy the peers' shards in
-//   detcoll_ipc_rs_<type>    ReduceScatter: push block j to rank j, reduce
+//   detcoll_ipc_rs_<type>    ReduceScatter: push block j to rank j, reduce;
+//                            with in_stride 0 (every peer gets the whole
+//                            input, all W reduced locally) the one-shot
+//                            AllReduce
 //   detcoll_ipc_ag           AllGather (bytes): push the input to every peer,
 //                            copy the peers' blocks in
-//   detcoll_ipc_ar1ll_<type>, detcoll_ipc_rsll_<type>, detcoll_ipc_agll
-//                            the same one-shot AllReduce, ReduceScatter and
-//                            AllGather for small messages with low-latency
+//   detcoll_ipc_rsll_<type>, detcoll_ipc_agll
+//                            the same ReduceScatter (and one-shot AllReduce)
+//                            and AllGather for small messages with low-latency
 //                            lines (LL): every 16-byte store carries 8 data
 //                            bytes and the call's sequence number twice, so
 //                            the data is its own flag (no fence, no separate
@@ -439,36 +440,6 @@ __device__ __forceinline__ void dc_ll_reduce(const dc_ipc& a, dc_ipc_blk& s, cha
 // ---- the kernels as steps (the wrappers put a __syncthreads between steps
 // and stop the block when a step set s.stop) ----
 
-// One-shot AllReduce: 0 begin, 1 push, 2 signal, 3 wait, 4 reduce.
-template <class T, int W>
-struct dc_ipc_ar1 {
-    enum { STEPS = 5 };
-    static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
-        long long lo, hi;
-        dc_ipc_portion(a.count, 16 / T::SZ, g, b, &lo, &hi);
-        switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
-        case 1:
-            for (int p = 0; p < W; ++p) {
-                if (p == a.rank) continue;
-                char* slot = dc_ipc_half(a, p, s.seq) + dc_ipc_slot(a.rank, p) * a.slot;
-                dc_ipc_copy(slot, 0, a.in, lo * T::SZ, hi * T::SZ, t, nt);
-            }
-            break;
-        case 2: dc_ipc_signal(a, s, 0, b, t); break;
-        case 3: dc_ipc_wait(a, s, 0, b, t); break;
-        case 4: {
-            const char* src[W];
-            char* half = dc_ipc_half(a, a.rank, s.seq);
-#pragma unroll
-            for (int p = 0; p < W; ++p) src[p] = p == a.rank ? a.in : half + dc_ipc_slot(p, a.rank) * a.slot;
-            dc_ipc_reduce<T, W>(a.out, src, 0, a.rank, lo, hi, t, nt);
-            break;
-        }
-        }
-    }
-};
-
 // Two-shot AllReduce: 0 begin, 1 push shards, 2 signal, 3 wait, 4 reduce the
 // own shard and push it, 5 signal, 6 wait, 7 copy the peers' shards.
 // A half holds W-1 input slots, then W-1 result slots.
@@ -523,7 +494,8 @@ struct dc_ipc_ar2 {
 };
 
 // ReduceScatter: 0 begin, 1 push block p to rank p, 2 signal, 3 wait,
-// 4 reduce the own block.
+// 4 reduce the own block. With in_stride 0 every peer gets the whole input
+// and this is the one-shot AllReduce.
 template <class T, int W>
 struct dc_ipc_rs {
     enum { STEPS = 5 };
@@ -589,28 +561,8 @@ struct dc_ipc_ag {
     }
 };
 
-// LL one-shot AllReduce: 0 begin, 1 push lines, 2 wait and reduce.
-template <class T, int W>
-struct dc_ipc_ar1ll {
-    enum { STEPS = 3 };
-    static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
-        const long long n = a.count * T::SZ;
-        long long lo, hi;
-        dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
-        switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
-        case 1:
-            for (int p = 0; p < W; ++p)
-                if (p != a.rank)
-                    dc_ll_push(dc_ipc_half(a, p, s.seq) + dc_ipc_slot(a.rank, p) * a.slot, a.in, n, lo, hi, s.seq, t, nt);
-            break;
-        case 2: dc_ll_reduce<T, W>(a, s, a.out, a.in, n, lo, hi, t, nt); break;
-        }
-    }
-};
-
 // LL ReduceScatter: 0 begin, 1 push block p's lines to rank p, 2 wait and
-// reduce the own block.
+// reduce the own block (in_stride 0: the LL one-shot AllReduce).
 template <class T, int W>
 struct dc_ipc_rsll {
     enum { STEPS = 3 };
@@ -680,17 +632,11 @@ __device__ __forceinline__ void dc_ipc_run(const dc_ipc& a) {
 }
 
 #define DC_IPC_KERNELS(TNAME, T)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_ar1_##TNAME(const DC_GRID_CONST dc_ipc a) {   \
-        dc_ipc_run<dc_ipc_ar1<T, DC_IPC_W> >(a);                                                             \
-    }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_ar2_##TNAME(const DC_GRID_CONST dc_ipc a) {   \
         dc_ipc_run<dc_ipc_ar2<T, DC_IPC_W> >(a);                                                             \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_rs_##TNAME(const DC_GRID_CONST dc_ipc a) {    \
         dc_ipc_run<dc_ipc_rs<T, DC_IPC_W> >(a);                                                              \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_ar1ll_##TNAME(const DC_GRID_CONST dc_ipc a) { \
-        dc_ipc_run<dc_ipc_ar1ll<T, DC_IPC_W> >(a);                                                           \
     }                                                                                                        \
     extern "C" __global__ void __launch_bounds__(512) detcoll_ipc_rsll_##TNAME(const DC_GRID_CONST dc_ipc a) {  \
         dc_ipc_run<dc_ipc_rsll<T, DC_IPC_W> >(a);                                                            \
