@@ -62,6 +62,10 @@ import (
 	"github.com/detcoll/detcoll/internal/nvrtc"
 	"github.com/detcoll/detcoll/launch"
 	"github.com/detcoll/detcoll/store"
+
+	// This package is CUDA-only: it links (and registers) the CUDA runtime
+	// of gpu/devrt that gpu.Device and ncclcomm run on.
+	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
 // envCUDADevice picks the GPU of every communicator of the process.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/gpu/devrt/cudart"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/reduce"
 )
@@ -38,7 +39,7 @@ func gpuDevice(t *testing.T) *Device {
 		if s := os.Getenv("DETCOLL_GPU_ORDINAL"); s != "" {
 			fmt.Sscan(s, &ord)
 		}
-		testDev, testDevErr = Open(ord)
+		testDev, testDevErr = OpenWith(cudart.Runtime, ord)
 	})
 	if testDevErr != nil {
 		if n, err := cuda.DeviceCount(); err == nil && n == 0 {
@@ -69,7 +70,7 @@ func must(t *testing.T, err error) {
 
 func TestGPUProbe(t *testing.T) {
 	d := gpuDevice(t)
-	info := Probe()
+	info := cudart.Probe()
 	t.Logf("probe:\n%s", info)
 	if len(info.GPUs) == 0 || info.CUDAVersion == "" || info.CUDAError != "" {
 		t.Fatalf("probe found no GPU: %+v", info)
@@ -326,7 +327,7 @@ func TestGPUGraphReplay(t *testing.T) {
 					return err
 				}
 			}
-			if err := e0.Record(stream); err != nil {
+			if err := e0.Record(cuda.Stream(stream)); err != nil {
 				return err
 			}
 			for i := 0; i < iters; i++ {
@@ -334,7 +335,7 @@ func TestGPUGraphReplay(t *testing.T) {
 					return err
 				}
 			}
-			if err := e1.Record(stream); err != nil {
+			if err := e1.Record(cuda.Stream(stream)); err != nil {
 				return err
 			}
 			if err := e1.Synchronize(); err != nil {
@@ -348,7 +349,7 @@ func TestGPUGraphReplay(t *testing.T) {
 		t.Logf("%s: bf16 W=%d count=%d: %.1f µs per reduce, %.0f GB/s (inputs+output)", name, w, count, us, bytes/us/1e3)
 	}
 	timeIt("direct launch", 50, func() error { return k.Reduce(stream, dt, reduce.Native, out, set.ptrs, count) })
-	timeIt("graph replay", 50, func() error { return g.Launch(stream) })
+	timeIt("graph replay", 50, func() error { return cuda.GraphExec(g).Launch(cuda.Stream(stream)) })
 }
 
 func TestGPUArgumentErrors(t *testing.T) {

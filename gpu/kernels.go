@@ -5,7 +5,6 @@ import (
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu/kernels"
-	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -80,21 +79,21 @@ type plan struct {
 // srcDesc is the input description the kernel receives (struct dc_src).
 type srcDesc struct {
 	list   bool
-	base   cuda.DevicePtr
+	base   DevicePtr
 	stride int64
-	ptrs   []cuda.DevicePtr
+	ptrs   []DevicePtr
 }
 
-func (s *srcDesc) input(r int) cuda.DevicePtr {
+func (s *srcDesc) input(r int) DevicePtr {
 	if s.list {
 		return s.ptrs[r]
 	}
-	return s.base + cuda.DevicePtr(int64(r)*s.stride)
+	return s.base + DevicePtr(int64(r)*s.stride)
 }
 
 // makePlan validates the arguments and lays out the launch. Nothing is
 // dereferenced; all checks are on addresses and sizes.
-func makePlan(dt dtype.DType, acc reduce.Accumulate, out cuda.DevicePtr, src *srcDesc, w, count int) (plan, error) {
+func makePlan(dt dtype.DType, acc reduce.Accumulate, out DevicePtr, src *srcDesc, w, count int) (plan, error) {
 	var p plan
 	if w < 1 {
 		return p, fmt.Errorf("%w: %d inputs (want at least 1)", reduce.ErrArgs, w)

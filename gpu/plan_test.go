@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/gpu/devrt/cudart"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nvrtc"
 	"github.com/detcoll/detcoll/reduce"
@@ -217,7 +218,7 @@ func TestPackSrc(t *testing.T) {
 }
 
 func TestProbeWithoutGPU(t *testing.T) {
-	info := Probe()
+	info := cudart.Probe()
 	if cuda.Available() == nil {
 		t.Skip("a CUDA driver is present; TestGPUProbe covers it")
 	}
@@ -230,16 +231,6 @@ func TestProbeWithoutGPU(t *testing.T) {
 	}
 	if _, err := Open(0); !errors.Is(err, cuda.ErrUnavailable) {
 		t.Fatalf("Open without driver: %v", err)
-	}
-}
-
-func TestParseDriverVersion(t *testing.T) {
-	s := "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:17 UTC 2025\nGCC version: gcc 12\n"
-	if v := parseDriverVersion(s); v != "580.65.06" {
-		t.Fatalf("parsed %q", v)
-	}
-	if v := parseDriverVersion("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.82.07  Release Build"); v != "580.82.07" {
-		t.Fatalf("open module: %q", v)
 	}
 }
 

@@ -5,23 +5,22 @@ import (
 	"sync"
 
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/reduce"
 )
 
 // ReduceKernels is the reduce module loaded on one device.
 type ReduceKernels struct {
 	dev       *Device
-	mod       cuda.Module
-	fns       map[string]cuda.Function
-	prog      *nvrtc.Program
+	mod       devrt.Module
+	fns       map[string]devrt.Function
+	prog      *devrt.Program
 	maxBlocks int
 	args      sync.Pool // *launchArgs
 }
 
 type launchArgs struct {
-	a   cuda.Args
+	a   devrt.Args
 	src [srcParamBytes]byte
 }
 
@@ -62,27 +61,26 @@ func (d *Device) Kernels() (*ReduceKernels, error) {
 }
 
 func loadKernels(d *Device) (*ReduceKernels, error) {
-	cc := d.ccMajor*10 + d.ccMinor
 	var k *ReduceKernels
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		prog, err := nvrtc.Build(ReduceSource, "detcoll_reduce.cu", cc)
+		prog, err := d.rt.Build(ReduceSource, "detcoll_reduce.cu", d.props)
 		if err != nil {
 			return nil, fmt.Errorf("gpu: compiling the reduce kernels: %w", err)
 		}
-		k = &ReduceKernels{dev: d, prog: prog, fns: map[string]cuda.Function{}, maxBlocks: d.sms * 2048 / blockThreads}
+		k = &ReduceKernels{dev: d, prog: prog, fns: map[string]devrt.Function{}, maxBlocks: d.props.Multiprocessors * 2048 / blockThreads}
 		if k.maxBlocks < 1 {
 			k.maxBlocks = 1
 		}
 		lastErr = d.ctx.Do(func() error {
-			m, err := cuda.ModuleLoadData(prog.Image)
+			m, err := d.rt.ModuleLoad(prog.Image)
 			if err != nil {
 				return err
 			}
 			for _, n := range allKernelNames() {
-				f, err := m.Function(n)
+				f, err := d.rt.ModuleFunction(m, n)
 				if err != nil {
-					_ = m.Unload()
+					_ = d.rt.ModuleUnload(m)
 					return err
 				}
 				k.fns[n] = f
@@ -96,25 +94,20 @@ func loadKernels(d *Device) (*ReduceKernels, error) {
 		if prog.From == "compiled" {
 			break
 		}
-		nvrtc.Invalidate(prog.Key) // a stale or damaged cache entry: compile afresh once
+		d.rt.Invalidate(prog.Key) // a stale or damaged cache entry: compile afresh once
 	}
 	return nil, fmt.Errorf("gpu: loading the reduce kernels: %w", lastErr)
 }
 
 // Info describes the module and each kernel's registers and local memory.
 func (k *ReduceKernels) Info() KernelInfo {
-	kind := "compute_"
-	if k.prog.CUBIN {
-		kind = "sm_"
-	}
-	info := KernelInfo{Arch: fmt.Sprintf("%s%d", kind, k.prog.Arch), From: k.prog.From, NVRTC: k.prog.Version,
+	info := KernelInfo{Arch: k.prog.Arch, From: k.prog.From, NVRTC: k.prog.Version,
 		CacheKey: k.prog.Key, Options: k.prog.Options}
 	for _, n := range allKernelNames() {
 		fi := FunctionInfo{Name: n}
 		f := k.fns[n]
 		_ = k.dev.ctx.Do(func() error {
-			fi.Registers, _ = f.Attribute(cuda.FuncNumRegs)
-			fi.LocalBytes, _ = f.Attribute(cuda.FuncLocalSizeBytes)
+			fi.Registers, fi.LocalBytes, _ = k.dev.rt.FunctionResources(f)
 			return nil
 		})
 		info.Functions = append(info.Functions, fi)
@@ -129,7 +122,7 @@ func (k *ReduceKernels) Info() KernelInfo {
 // every input share their address modulo 16. At most MaxListInputs inputs.
 // Arguments are checked before anything is enqueued (errors wrap
 // reduce.ErrArgs). count == 0 enqueues nothing.
-func (k *ReduceKernels) Reduce(stream cuda.Stream, dt dtype.DType, acc reduce.Accumulate, out cuda.DevicePtr, in []cuda.DevicePtr, count int) error {
+func (k *ReduceKernels) Reduce(stream Stream, dt dtype.DType, acc reduce.Accumulate, out DevicePtr, in []DevicePtr, count int) error {
 	src := srcDesc{list: true, ptrs: in}
 	return k.launch(stream, dt, acc, out, &src, len(in), count)
 }
@@ -137,12 +130,12 @@ func (k *ReduceKernels) Reduce(stream cuda.Stream, dt dtype.DType, acc reduce.Ac
 // ReduceStrided is Reduce over w inputs laid out in one buffer: input r at
 // base + r*strideBytes (slabs in a workspace, e.g. after an all-gather).
 // Up to MaxStridedInputs inputs.
-func (k *ReduceKernels) ReduceStrided(stream cuda.Stream, dt dtype.DType, acc reduce.Accumulate, out, base cuda.DevicePtr, strideBytes, w, count int) error {
+func (k *ReduceKernels) ReduceStrided(stream Stream, dt dtype.DType, acc reduce.Accumulate, out, base DevicePtr, strideBytes, w, count int) error {
 	src := srcDesc{base: base, stride: int64(strideBytes)}
 	return k.launch(stream, dt, acc, out, &src, w, count)
 }
 
-func (k *ReduceKernels) launch(stream cuda.Stream, dt dtype.DType, acc reduce.Accumulate, out cuda.DevicePtr, src *srcDesc, w, count int) error {
+func (k *ReduceKernels) launch(stream Stream, dt dtype.DType, acc reduce.Accumulate, out DevicePtr, src *srcDesc, w, count int) error {
 	if k == nil || k.dev == nil {
 		return fmt.Errorf("%w: nil ReduceKernels", reduce.ErrArgs)
 	}
@@ -159,7 +152,7 @@ func (k *ReduceKernels) launch(stream cuda.Stream, dt dtype.DType, acc reduce.Ac
 	}
 	la, _ := k.args.Get().(*launchArgs)
 	if la == nil {
-		la = new(launchArgs)
+		la = &launchArgs{a: k.dev.rt.NewArgs()}
 	}
 	defer k.args.Put(la)
 	packSrc(&la.src, src)
@@ -169,7 +162,7 @@ func (k *ReduceKernels) launch(stream cuda.Stream, dt dtype.DType, acc reduce.Ac
 	}
 	la.a.Reset()
 	la.a.Ptr(out).Raw(la.src[:], 8).I32(listFlag).I32(int32(w)).I64(int64(count)).I64(p.head).I64(p.nvec)
-	grid := cuda.Dim3{X: gridFor(p.items, k.maxBlocks), Y: 1, Z: 1}
-	block := cuda.Dim3{X: blockThreads, Y: 1, Z: 1}
-	return k.dev.Do(func() error { return cuda.LaunchKernel(f, grid, block, 0, stream, &la.a) })
+	grid := devrt.Dim3{X: gridFor(p.items, k.maxBlocks), Y: 1, Z: 1}
+	block := devrt.Dim3{X: blockThreads, Y: 1, Z: 1}
+	return k.dev.Do(func() error { return k.dev.rt.Launch(f, grid, block, 0, stream, la.a) })
 }

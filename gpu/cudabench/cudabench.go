@@ -45,30 +45,30 @@ import (
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/ncclcomm"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nccl"
-	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/internal/ccl"
 )
 
 // Available reports why the CUDA backend cannot run here, or nil: it needs
-// the CUDA driver with at least one GPU, NVRTC and NCCL.
-func Available() error {
-	if err := cuda.Available(); err != nil {
-		return err
-	}
-	n, err := cuda.DeviceCount()
+// the CUDA driver with at least one GPU, NVRTC and NCCL (and the CUDA
+// runtime, gpu/devrt/cudart, linked into the binary).
+func Available() error { return AvailableVendor("cuda") }
+
+// AvailableVendor is Available for vendor "cuda" or "rocm" (the HIP runtime
+// with a GPU, hiprtc and RCCL).
+func AvailableVendor(vendor string) error {
+	rt, err := devrt.Get(vendor)
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return fmt.Errorf("cuda: the driver sees no GPU")
-	}
-	if err := nvrtc.Available(); err != nil {
-		return err
-	}
-	return nccl.Available()
+	return rt.Available()
 }
+
+// Versions, keyed by vendor, reports the driver and runtime versions for
+// the report (registered by the binary's vendor import sites: the CUDA one
+// is gpu/devrt/cudart's Probe).
+var Versions = map[string]func() (driver, runtime string){}
 
 // Backend is one rank's CUDA benchmark backend.
 type Backend struct {
@@ -81,7 +81,13 @@ type Backend struct {
 // (ncclcomm.New) and describes the devices of every rank. Every rank of the
 // job calls it.
 func New(ctx context.Context, job *cluster.Job) (*Backend, error) {
-	c, err := ncclcomm.New(ctx, job)
+	return NewVendor(ctx, job, "cuda")
+}
+
+// NewVendor is New on vendor "cuda" (NCCL) or "rocm" (RCCL; the backend is
+// then named "rocm" and its native baseline is RCCL's own collectives).
+func NewVendor(ctx context.Context, job *cluster.Job, vendor string) (*Backend, error) {
+	c, err := ncclcomm.New(ctx, job, ncclcomm.WithVendor(vendor))
 	if err != nil {
 		return nil, err
 	}
@@ -108,9 +114,11 @@ func NewWithComm(ctx context.Context, c *ncclcomm.Comm, host *detcoll.Comm) (*Ba
 	for p := range names {
 		names[p] = strings.TrimRight(string(all[p*n:(p+1)*n]), "\x00")
 	}
-	probe := gpu.Probe()
-	return &Backend{comm: c, info: bench.DeviceInfo{Kind: "cuda", Names: names,
-		DriverVersion: probe.DriverVersion, CUDAVersion: probe.CUDAVersion, NCCLVersion: c.NCCLVersion()}}, nil
+	info := bench.DeviceInfo{Kind: c.Vendor(), Names: names, NCCLVersion: c.NCCLVersion()}
+	if v, ok := Versions[c.Vendor()]; ok {
+		info.DriverVersion, info.CUDAVersion = v()
+	}
+	return &Backend{comm: c, info: info}, nil
 }
 
 // ReportExtra describes the peer-memory (CUDA IPC) path of this rank for
@@ -137,8 +145,8 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// Name is "cuda".
-func (b *Backend) Name() string { return "cuda" }
+// Name is "cuda" (or "rocm", from NewVendor).
+func (b *Backend) Name() string { return b.comm.Vendor() }
 
 // Device reports kind "cuda", every rank's GPU name (rank order), the
 // NVIDIA driver, the CUDA version the driver supports and the NCCL version
@@ -162,7 +170,7 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 	case spec.Op == bench.ReduceScatter && (spec.InputBytes/sz)%spec.WorldSize != 0:
 		return nil, fmt.Errorf("cudabench: reduce_scatter input of %d elements does not divide by W = %d", spec.InputBytes/sz, spec.WorldSize)
 	}
-	k := &gpuCase{c: c, dev: c.Device(), spec: spec, graphs: map[graphKey]cuda.GraphExec{}}
+	k := &gpuCase{c: c, dev: c.Device(), spec: spec, graphs: map[graphKey]gpu.GraphExec{}}
 	k.count = spec.InputBytes / sz
 	switch spec.Op {
 	case bench.ReduceScatter:
@@ -180,10 +188,10 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 	}
 	if err == nil {
 		err = k.dev.Do(func() (err error) {
-			if k.start, err = cuda.EventCreate(cuda.EventDefault); err != nil {
+			if k.start, err = k.dev.Runtime().EventCreate(true); err != nil {
 				return err
 			}
-			k.stop, err = cuda.EventCreate(cuda.EventDefault)
+			k.stop, err = k.dev.Runtime().EventCreate(true)
 			return err
 		})
 	}
@@ -211,11 +219,11 @@ type gpuCase struct {
 	send   ncclcomm.Buffer
 	recv   ncclcomm.Buffer
 	nrecv  ncclcomm.Buffer
-	start  cuda.Event
-	stop   cuda.Event
+	start  devrt.Event
+	stop   devrt.Event
 	host   []byte
 	nhost  []byte
-	graphs map[graphKey]cuda.GraphExec
+	graphs map[graphKey]gpu.GraphExec
 
 	natFree0 uint64
 	natPeak  int
@@ -236,23 +244,23 @@ func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Ac
 }
 
 func (k *gpuCase) native() (func() error, error) {
-	nc := k.c.NCCL()
+	nc := k.c.CCL()
 	if nc == nil {
 		return nil, k.c.Err()
 	}
-	ndt, err := nccl.DataTypeOf(k.spec.DType)
+	ndt, err := ccl.DataTypeOf(k.spec.DType)
 	if err != nil {
 		return nil, err
 	}
-	s := k.c.Stream()
-	send, recv, n := k.send.Ptr, k.nrecv.Ptr, k.count
+	s := uintptr(k.c.Stream())
+	send, recv, n := uint64(k.send.Ptr), uint64(k.nrecv.Ptr), k.count
 	switch k.spec.Op {
 	case bench.AllReduce:
-		return func() error { return nc.AllReduce(send, recv, n, ndt, nccl.Sum, s) }, nil
+		return func() error { return nc.AllReduce(send, recv, n, ndt, ccl.Sum, s) }, nil
 	case bench.AllGather:
 		return func() error { return nc.AllGather(send, recv, n, ndt, s) }, nil
 	}
-	return func() error { return nc.ReduceScatter(send, recv, n, ndt, nccl.Sum, s) }, nil
+	return func() error { return nc.ReduceScatter(send, recv, n, ndt, ccl.Sum, s) }, nil
 }
 
 // timed runs enqueue between two events on the stream and returns the
@@ -264,20 +272,21 @@ func (k *gpuCase) timed(iters int, enqueue func() error) (time.Duration, error) 
 	s := k.c.Stream()
 	var ms float32
 	err := k.dev.Do(func() error {
-		if err := k.start.Record(s); err != nil {
+		rt := k.dev.Runtime()
+		if err := rt.EventRecord(k.start, s); err != nil {
 			return err
 		}
 		if err := enqueue(); err != nil {
 			return err
 		}
-		if err := k.stop.Record(s); err != nil {
+		if err := rt.EventRecord(k.stop, s); err != nil {
 			return err
 		}
-		if err := k.stop.Synchronize(); err != nil {
+		if err := rt.EventSynchronize(k.stop); err != nil {
 			return err
 		}
 		var err error
-		ms, err = cuda.ElapsedTime(k.start, k.stop)
+		ms, err = rt.EventElapsed(k.start, k.stop)
 		return err
 	})
 	return time.Duration(float64(ms) * 1e6 / float64(iters)), err
@@ -317,7 +326,7 @@ func (k *gpuCase) run(key graphKey, iters int, one func() error) (time.Duration,
 		}
 		k.graphs[key] = g
 	}
-	return k.timed(iters, func() error { return g.Launch(k.c.Stream()) })
+	return k.timed(iters, func() error { return k.dev.Runtime().GraphLaunch(g, k.c.Stream()) })
 }
 
 func (k *gpuCase) freeMem() uint64 {
@@ -417,7 +426,9 @@ func (k *gpuCase) Close() error {
 		}
 	}
 	k.send, k.recv, k.nrecv = ncclcomm.Buffer{}, ncclcomm.Buffer{}, ncclcomm.Buffer{}
-	errs = append(errs, k.dev.Do(func() error { return errors.Join(k.start.Destroy(), k.stop.Destroy()) }))
+	errs = append(errs, k.dev.Do(func() error {
+		return errors.Join(k.dev.Runtime().EventDestroy(k.start), k.dev.Runtime().EventDestroy(k.stop))
+	}))
 	k.start, k.stop = 0, 0
 	return errors.Join(errs...)
 }

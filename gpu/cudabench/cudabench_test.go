@@ -3,6 +3,7 @@ package cudabench
 import (
 	"testing"
 
+	"github.com/detcoll/detcoll/gpu/devrt/cudart"
 	"github.com/detcoll/detcoll/internal/cuda"
 )
 
@@ -12,6 +13,9 @@ func TestAvailableSaysWhy(t *testing.T) {
 		t.Fatal("Available reports the backend usable without a CUDA driver")
 	}
 	t.Logf("Available: %v", err)
+	if cudart.Runtime.Vendor() != "cuda" {
+		t.Fatal("cudart is not the cuda runtime")
+	}
 }
 
 func TestDrop(t *testing.T) {

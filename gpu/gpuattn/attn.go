@@ -14,6 +14,10 @@ import (
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nvrtc"
 	"github.com/detcoll/detcoll/parallel"
+
+	// This package is CUDA-only: it links (and registers) the CUDA runtime
+	// of gpu/devrt that gpu.Device and ncclcomm run on.
+	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
 // GatherRowsSource is the CUDA C source of the row-gather kernel.
@@ -60,7 +64,7 @@ type gpuOps struct {
 func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm) (*gpuOps, error) {
 	o := &gpuOps{dev: dev, comm: comm}
 	if comm != nil {
-		o.dev, o.stream = comm.Device(), comm.Stream()
+		o.dev, o.stream = comm.Device(), cuda.Stream(comm.Stream())
 	}
 	if err := o.load(); err != nil {
 		return nil, err
@@ -71,7 +75,7 @@ func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm) (*gpuOps, error) {
 			_ = o.close()
 			return nil, err
 		}
-		o.stream, o.own = s, true
+		o.stream, o.own = cuda.Stream(s), true
 	}
 	o.maxBlocks = max(1, o.dev.Multiprocessors()*2048/blockThreads)
 	return o, nil
@@ -112,10 +116,10 @@ func (o *gpuOps) load() error {
 func (o *gpuOps) close() error {
 	var first error
 	if o.own && o.stream != 0 {
-		if err := o.dev.Synchronize(o.stream); err != nil && first == nil {
+		if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil && first == nil {
 			first = err
 		}
-		if err := o.dev.DestroyStream(o.stream); err != nil && first == nil {
+		if err := o.dev.DestroyStream(gpu.Stream(o.stream)); err != nil && first == nil {
 			first = err
 		}
 		o.stream = 0
@@ -149,14 +153,14 @@ func (o *gpuOps) free(p cuda.DevicePtr) error         { return o.dev.Free(p) }
 // upload waits for the stream first (the buffer may be in use by enqueued
 // work), then copies synchronously.
 func (o *gpuOps) upload(dst cuda.DevicePtr, src []byte) error {
-	if err := o.dev.Synchronize(o.stream); err != nil {
+	if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil {
 		return err
 	}
 	return o.dev.CopyHtoD(dst, src)
 }
 
 func (o *gpuOps) download(dst []byte, src cuda.DevicePtr) error {
-	if err := o.dev.Synchronize(o.stream); err != nil {
+	if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil {
 		return err
 	}
 	return o.dev.CopyDtoH(dst, src)
@@ -176,12 +180,12 @@ func (o *gpuOps) gatherRows(dst, src, idx cuda.DevicePtr, rows, rowBytes int) er
 }
 
 func (o *gpuOps) allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
-	return o.comm.AllGatherMany(ctx, sends, recvs, counts, dtype.Byte, ncclcomm.OnStream(o.stream))
+	return o.comm.AllGatherMany(ctx, sends, recvs, counts, dtype.Byte, ncclcomm.OnStream(ncclcomm.Stream(o.stream)))
 }
 
 func (o *gpuOps) reduceScatterBF16(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
 	return o.comm.ReduceScatterMany(ctx, sends, recvs, counts, dtype.BF16,
-		ncclcomm.OnStream(o.stream), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
+		ncclcomm.OnStream(ncclcomm.Stream(o.stream)), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
 }
 
 // Inputs are one rank's shard: its tokens in its local (zigzag) order.

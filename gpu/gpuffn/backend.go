@@ -9,6 +9,10 @@ import (
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/ncclcomm"
 	"github.com/detcoll/detcoll/parallel"
+
+	// This package is CUDA-only: it links (and registers) the CUDA runtime
+	// of gpu/devrt that gpu.Device and ncclcomm run on.
+	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
 // Backend plugs the GPU FFN into package parallel (parallel.GPUBackend). It

@@ -107,9 +107,11 @@ func (o *gpuOps) open(cfg Config) error {
 		return err
 	}
 	o.maxBlocks = max(1, dev.Multiprocessors()*2048/blockThreads)
-	if o.stream, err = dev.NewStream(); err != nil {
+	s, err := dev.NewStream()
+	if err != nil {
 		return err
 	}
+	o.stream = cuda.Stream(s)
 	if o.blasWS, err = dev.Alloc(CUBLASWorkspaceBytes); err != nil {
 		return err
 	}
@@ -201,11 +203,11 @@ func (o *gpuOps) gemm(g cublas.Gemm, batched bool) error {
 }
 
 func (o *gpuOps) reduce(out, base cuda.DevicePtr, strideBytes, w, count int) error {
-	return o.red.ReduceStrided(o.stream, dtype.BF16, reduce.Native, out, base, strideBytes, w, count)
+	return o.red.ReduceStrided(gpu.Stream(o.stream), dtype.BF16, reduce.Native, out, base, strideBytes, w, count)
 }
 
 func (o *gpuOps) reduce2(out, a, b cuda.DevicePtr, count int) error {
-	return o.red.Reduce(o.stream, dtype.BF16, reduce.Native, out, []cuda.DevicePtr{a, b}, count)
+	return o.red.Reduce(gpu.Stream(o.stream), dtype.BF16, reduce.Native, out, []cuda.DevicePtr{a, b}, count)
 }
 
 func (o *gpuOps) zero(p cuda.DevicePtr, n int) error {
@@ -244,7 +246,7 @@ func (o *gpuOps) allReduce(ctx context.Context, p cuda.DevicePtr, count int) err
 	}
 	if o.native {
 		return o.dev.Do(func() error {
-			nc := o.comm.NCCL()
+			nc := nccl.WrapComm(o.comm.CCL())
 			if nc == nil {
 				return fmt.Errorf("gpuffn: no NCCL communicator: %w", o.comm.Err())
 			}
@@ -253,7 +255,7 @@ func (o *gpuOps) allReduce(ctx context.Context, p cuda.DevicePtr, count int) err
 	}
 	buf := ncclcomm.Buffer{Ptr: p, Bytes: count * 2}
 	return o.comm.AllReduce(ctx, buf, buf, count, dtype.BF16,
-		ncclcomm.OnStream(o.stream), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
+		ncclcomm.OnStream(ncclcomm.Stream(o.stream)), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
 }
 
 func (o *gpuOps) setTiming(on bool) { o.timing = on }
@@ -320,14 +322,14 @@ func (o *gpuOps) timings() ([]Timing, error) {
 	return out, err
 }
 
-func (o *gpuOps) sync() error { return o.dev.Synchronize(o.stream) }
+func (o *gpuOps) sync() error { return o.dev.Synchronize(gpu.Stream(o.stream)) }
 
 func (o *gpuOps) close() error {
 	var errs []error
 	if o.stream != 0 {
 		errs = append(errs, o.sync())
 		if o.comm != nil {
-			errs = append(errs, o.comm.ReleaseStream(o.stream))
+			errs = append(errs, o.comm.ReleaseStream(ncclcomm.Stream(o.stream)))
 		}
 	}
 	errs = append(errs, o.dev.Do(func() error {

@@ -7,8 +7,7 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/tree"
 )
 
@@ -88,7 +87,7 @@ func (c *Comm) checkAllocs(bufs []Buffer, need []int) error {
 			if need[i] == 0 {
 				continue
 			}
-			base, size, err := cuda.MemGetAddressRange(b.Ptr)
+			base, size, err := c.rt.MemGetAddressRange(b.Ptr)
 			if err != nil {
 				return argErr("buffer at %#x is not device memory of this GPU: %v", uint64(b.Ptr), err)
 			}
@@ -116,14 +115,14 @@ func (c *Comm) send(p DevicePtr, n, peer int, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	return c.nc.Send(p, n, nccl.Uint8, peer, s)
+	return c.nc.Send(uint64(p), n, ccl.Uint8, peer, uintptr(s))
 }
 
 func (c *Comm) recv(p DevicePtr, n, peer int, s Stream) error {
 	if n == 0 {
 		return nil
 	}
-	return c.nc.Recv(p, n, nccl.Uint8, peer, s)
+	return c.nc.Recv(uint64(p), n, ccl.Uint8, peer, uintptr(s))
 }
 
 // slots lays out k equal slots of n bytes in the workspace, each at the
@@ -230,20 +229,20 @@ func (c *Comm) pipeline(s Stream, k int, transfer func(i int) error, reduce func
 		if err := transfer(i); err != nil {
 			return err
 		}
-		if err := c.evT.Record(s); err != nil {
+		if err := c.rt.EventRecord(c.evT, s); err != nil {
 			return err
 		}
-		if err := c.side.WaitEvent(c.evT); err != nil {
+		if err := c.rt.StreamWaitEvent(c.side, c.evT); err != nil {
 			return err
 		}
 		if err := reduce(i, c.side, true); err != nil {
 			return err
 		}
 	}
-	if err := c.evR.Record(c.side); err != nil {
+	if err := c.rt.EventRecord(c.evR, c.side); err != nil {
 		return err
 	}
-	return s.WaitEvent(c.evR)
+	return c.rt.StreamWaitEvent(s, c.evR)
 }
 
 func (c *Comm) allReduceGather(s Stream, capt bool, send, recv DevicePtr, count int, dt dtype.DType, acc detcoll.Accumulate) error {
@@ -293,7 +292,7 @@ func (c *Comm) allReduceGather(s Stream, capt bool, send, recv DevicePtr, count 
 	if err != nil {
 		return err
 	}
-	if err := c.nc.AllGather(send, ws, n, nccl.Uint8, s); err != nil {
+	if err := c.nc.AllGather(uint64(send), uint64(ws), n, ccl.Uint8, uintptr(s)); err != nil {
 		return err
 	}
 	return c.reduceStrided(s, dt, acc, recv, ws, n, w, count)
@@ -369,7 +368,7 @@ func (c *Comm) allReduceA2A(s Stream, capt bool, send, recv DevicePtr, count int
 			return err
 		}
 		slot := func(p int) DevicePtr { return ws.Add(base + p*stride) }
-		if err := cuda.MemcpyDtoDAsync(slot(r), own, nR, s); err != nil {
+		if err := c.rt.MemcpyDtoDAsync(slot(r), own, nR, s); err != nil {
 			return err
 		}
 		err = c.group(func() error {
@@ -398,7 +397,7 @@ func (c *Comm) allReduceA2A(s Stream, capt bool, send, recv DevicePtr, count int
 	}
 	// Phase 2: every rank's reduced shard to every rank, in place in recv.
 	if even && !c.p2pFor(nR) {
-		return c.nc.AllGather(out, recv, nR, nccl.Uint8, s)
+		return c.nc.AllGather(uint64(out), uint64(recv), nR, ccl.Uint8, uintptr(s))
 	}
 	return c.group(func() error {
 		for p := 0; p < w; p++ {
@@ -460,7 +459,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv Buffer, count int, dt d
 			return c.allGatherIPC(s, send.Ptr, recv.Ptr, n)
 		}
 		if w > 1 && c.cfg.gather != GatherP2P {
-			return c.nc.AllGather(send.Ptr, recv.Ptr, n, nccl.Uint8, s)
+			return c.nc.AllGather(uint64(send.Ptr), uint64(recv.Ptr), n, ccl.Uint8, uintptr(s))
 		}
 		return c.allGatherP2P(s, []Buffer{send}, []Buffer{recv}, []int{count}, sz)
 	})
@@ -473,7 +472,7 @@ func (c *Comm) allGatherP2P(s Stream, sends, recvs []Buffer, counts []int, sz in
 	for l, count := range counts {
 		n := count * sz
 		if dst := recvs[l].Ptr.Add(r * n); n > 0 && dst != sends[l].Ptr {
-			if err := cuda.MemcpyDtoDAsync(dst, sends[l].Ptr, n, s); err != nil {
+			if err := c.rt.MemcpyDtoDAsync(dst, sends[l].Ptr, n, s); err != nil {
 				return err
 			}
 		}
@@ -574,7 +573,7 @@ func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs []Buffer, counts 
 				if count == 0 {
 					continue
 				}
-				if err := c.nc.AllGather(sends[l].Ptr, recvs[l].Ptr, count*sz, nccl.Uint8, s); err != nil {
+				if err := c.nc.AllGather(uint64(sends[l].Ptr), uint64(recvs[l].Ptr), count*sz, ccl.Uint8, uintptr(s)); err != nil {
 					return err
 				}
 			}
@@ -726,7 +725,7 @@ func (c *Comm) reduceScatterGather(s Stream, capt bool, lanes []rsLane, dt dtype
 		for i, ln := range lanes {
 			in := w * ln.n
 			if !p2p {
-				if err := c.nc.AllGather(ln.send, ws.Add(bases[i]), in, nccl.Uint8, s); err != nil {
+				if err := c.nc.AllGather(uint64(ln.send), uint64(ws.Add(bases[i])), in, ccl.Uint8, uintptr(s)); err != nil {
 					return err
 				}
 				continue
@@ -838,7 +837,7 @@ func (c *Comm) reduceScatterA2A(s Stream, capt bool, lanes []rsLane, dt dtype.DT
 	}
 	if !list {
 		for i, ln := range lanes {
-			if err := cuda.MemcpyDtoDAsync(slot(i, r), ln.send.Add(r*ln.n), ln.n, s); err != nil {
+			if err := c.rt.MemcpyDtoDAsync(slot(i, r), ln.send.Add(r*ln.n), ln.n, s); err != nil {
 				return err
 			}
 		}

@@ -17,16 +17,17 @@ import (
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/ccl"
 )
 
-// DevicePtr is a device address (a CUdeviceptr).
-type DevicePtr = cuda.DevicePtr
+// DevicePtr is a device address (a CUdeviceptr or hipDeviceptr_t;
+// cuda.DevicePtr and hip.DevicePtr are this type).
+type DevicePtr = devrt.Ptr
 
-// Stream is a CUDA stream handle (a CUstream or cudaStream_t); 0 is the
-// legacy default stream.
-type Stream = cuda.Stream
+// Stream is a stream handle of the communicator's runtime (a CUstream or
+// cudaStream_t; a hipStream_t on ROCm); 0 is the legacy default stream.
+type Stream = devrt.Stream
 
 // Buffer is device memory lent to a collective: its address and the number
 // of bytes the caller vouches for. Calls check their counts against Bytes.
@@ -109,19 +110,20 @@ var listLimit = gpu.MaxListInputs
 // Comm is one rank's deterministic device-memory communicator. See the
 // package doc for the contract.
 type Comm struct {
+	rt     devrt.Runtime
 	dev    *gpu.Device
 	k      *gpu.ReduceKernels
-	fast   *fastKernels // nil: generic kernels only
-	lib    *nccl.Lib
-	nc     *nccl.Comm
+	fast   *fastKernels  // nil: generic kernels only
+	lib    *ccl.Lib      // NCCL or RCCL
+	nc     *ccl.Comm     // NCCL or RCCL
 	host   *detcoll.Comm // split off the job's communicator: signature checks only
 	rank   int
 	size   int
 	stream Stream // own, non-blocking
 	side   Stream // own, non-blocking: the reduces of pipelined algorithms
-	joinEv cuda.Event
-	evT    cuda.Event // pipeline: a chunk has arrived
-	evR    cuda.Event // pipeline: every chunk is reduced
+	joinEv devrt.Event
+	evT    devrt.Event // pipeline: a chunk has arrived
+	evR    devrt.Event // pipeline: every chunk is reduced
 	cfg    config
 
 	mu         sync.Mutex
@@ -164,6 +166,7 @@ type config struct {
 	initTO     time.Duration
 	ipcBytes   int
 	ipcTimeout time.Duration
+	vendor     string // "", "cuda" or "rocm" (devrt.Get)
 }
 
 // Option configures New.
@@ -171,6 +174,12 @@ type Option func(*config)
 
 // WithDevice picks the CUDA device ordinal (default: the job's LOCAL_RANK).
 func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordinal } }
+
+// WithVendor picks the GPU vendor: "cuda" (NCCL, NVRTC) or "rocm" (RCCL,
+// hiprtc). The default ("" or "auto") is $DETCOLL_DEVICE if set, else the
+// first vendor linked into the binary that is usable here, CUDA first
+// (gpu/devrt.Get).
+func WithVendor(v string) Option { return func(c *config) { c.vendor = v } }
 
 // WithPrefix sets the store prefix under which rank 0 publishes the NCCL
 // unique id (default "detcoll/ncclcomm"). Communicators created in the same
@@ -295,7 +304,12 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 	// Everything that can fail locally is tried first; then every rank
 	// reports, so that no rank waits in NCCL for a rank that gave up.
 	c := &Comm{rank: rank, size: size, cfg: cfg, sigs: map[signature]struct{}{}}
-	lerr := c.openLocal(job.Env.LocalRank, job.Env.LocalWorldSize)
+	var lerr error
+	if c.rt, lerr = devrt.Get(cfg.vendor); lerr != nil {
+		lerr = fmt.Errorf("ncclcomm: %w", lerr)
+	} else {
+		lerr = c.openLocal(job.Env.LocalRank, job.Env.LocalWorldSize)
+	}
 	host, err := job.Comm.Split(ctx, 0, rank)
 	if err != nil {
 		c.closeLocal()
@@ -307,7 +321,7 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	key := fmt.Sprintf("%s/%d/nccl-unique-id", cfg.prefix, gen)
-	var id nccl.UniqueID
+	var id ccl.UniqueID
 	if rank == 0 {
 		if id, err = c.lib.GetUniqueID(); err == nil {
 			err = job.Store.Set(ctx, key, id[:])
@@ -363,15 +377,15 @@ func keepNVLSOff() {
 // openLocal loads NCCL, opens the device, compiles the kernels and creates
 // the stream and event. On error c holds what was opened (closeLocal frees it).
 func (c *Comm) openLocal(localRank, localWorld int) error {
-	lib, err := nccl.Default()
+	lib, err := c.rt.CCL()
 	if err != nil {
-		return fmt.Errorf("ncclcomm: no NCCL: %w", err)
+		return fmt.Errorf("ncclcomm: no %s: %w", c.rt.CCLName(), err)
 	}
 	c.lib = lib
-	if err := cuda.Available(); err != nil {
-		return fmt.Errorf("ncclcomm: no CUDA driver: %w", err)
+	if err := c.rt.DriverAvailable(); err != nil {
+		return fmt.Errorf("ncclcomm: no %s: %w", driverName(c.rt), err)
 	}
-	n, err := cuda.DeviceCount()
+	n, err := c.rt.DeviceCount()
 	if err != nil {
 		return err
 	}
@@ -379,7 +393,7 @@ func (c *Comm) openLocal(localRank, localWorld int) error {
 	if ord < 0 {
 		switch {
 		case n == 0:
-			return fmt.Errorf("ncclcomm: the CUDA driver sees no GPU")
+			return fmt.Errorf("ncclcomm: the %s sees no GPU", driverName(c.rt))
 		case localRank < n:
 			ord = localRank
 		case n == 1:
@@ -388,7 +402,7 @@ func (c *Comm) openLocal(localRank, localWorld int) error {
 			return fmt.Errorf("ncclcomm: local rank %d of %d has no GPU of its own: %d visible, and NCCL refuses two ranks on one GPU", localRank, localWorld, n)
 		}
 	}
-	if c.dev, err = gpu.Open(ord); err != nil {
+	if c.dev, err = gpu.OpenWith(c.rt, ord); err != nil {
 		return err
 	}
 	if c.k, err = c.dev.Kernels(); err != nil {
@@ -404,8 +418,8 @@ func (c *Comm) openLocal(localRank, localWorld int) error {
 		return err
 	}
 	return c.dev.Do(func() (err error) {
-		for _, e := range []*cuda.Event{&c.joinEv, &c.evT, &c.evR} {
-			if *e, err = cuda.EventCreate(cuda.EventDisableTiming); err != nil {
+		for _, e := range []*devrt.Event{&c.joinEv, &c.evT, &c.evR} {
+			if *e, err = c.rt.EventCreate(false); err != nil {
 				return err
 			}
 		}
@@ -423,9 +437,9 @@ func (c *Comm) agreeDevices(ctx context.Context, lerr error) error {
 	} else {
 		host, _ := os.Hostname()
 		id := c.dev.Name()
-		if u, err := c.dev.CUDADevice().UUID(); err == nil {
+		if u, err := c.dev.UUID(); err == nil {
 			id = fmt.Sprintf("%x", u)
-		} else if b, err := c.dev.CUDADevice().PCIBusID(); err == nil {
+		} else if b, err := c.dev.PCIBusID(); err == nil {
 			id = b
 		}
 		copy(mine[1:], host+"\x00"+id)
@@ -467,14 +481,14 @@ func (c *Comm) closeLocal() {
 		if c.nc != nil {
 			_ = c.nc.Abort()
 		}
-		_ = c.joinEv.Destroy()
-		_ = c.evT.Destroy()
-		_ = c.evR.Destroy()
+		_ = c.rt.EventDestroy(c.joinEv)
+		_ = c.rt.EventDestroy(c.evT)
+		_ = c.rt.EventDestroy(c.evR)
 		if c.stream != 0 {
-			_ = c.stream.Destroy()
+			_ = c.rt.StreamDestroy(c.stream)
 		}
 		if c.side != 0 {
-			_ = c.side.Destroy()
+			_ = c.rt.StreamDestroy(c.side)
 		}
 		return nil
 	})
@@ -499,11 +513,15 @@ func (c *Comm) Device() *gpu.Device { return c.dev }
 // of every collective.
 func (c *Comm) Stream() Stream { return c.stream }
 
-// NCCL is the underlying NCCL communicator (for native baselines; issue
-// nothing on it that other ranks do not issue in the same order).
-func (c *Comm) NCCL() *nccl.Comm { return c.nc }
+// CCL is the underlying NCCL or RCCL communicator (for native baselines;
+// issue nothing on it that other ranks do not issue in the same order).
+// nccl.WrapComm and rccl.WrapComm give it the vendor's typed face.
+func (c *Comm) CCL() *ccl.Comm { return c.nc }
 
-// NCCLVersion is the version of the NCCL library actually loaded.
+// Vendor is "cuda" (NCCL) or "rocm" (RCCL).
+func (c *Comm) Vendor() string { return c.rt.Vendor() }
+
+// NCCLVersion is the version of the NCCL (or RCCL) library actually loaded.
 func (c *Comm) NCCLVersion() string {
 	v, err := c.lib.Version()
 	if err != nil {
@@ -592,11 +610,11 @@ func (c *Comm) ReleaseWorkspace() error {
 	return c.dev.Do(func() error {
 		var errs []error
 		if c.haveLast {
-			errs = append(errs, c.lastStream.Synchronize())
+			errs = append(errs, c.rt.StreamSynchronize(c.lastStream))
 		}
-		errs = append(errs, cuda.MemFree(c.ws))
+		errs = append(errs, c.rt.MemFree(c.ws))
 		for _, p := range c.retired {
-			errs = append(errs, cuda.MemFree(p))
+			errs = append(errs, c.rt.MemFree(p))
 		}
 		c.ws, c.wsBytes, c.retired, c.retiredB = 0, 0, nil, 0
 		c.stats.WorkspaceBytes = 0
@@ -649,9 +667,9 @@ func (c *Comm) Close() error {
 	errs = append(errs, c.dev.Do(func() error {
 		var errs []error
 		if c.haveLast && c.poison == nil {
-			errs = append(errs, c.lastStream.Synchronize())
+			errs = append(errs, c.rt.StreamSynchronize(c.lastStream))
 		}
-		errs = append(errs, c.stream.Synchronize())
+		errs = append(errs, c.rt.StreamSynchronize(c.stream))
 		return errors.Join(errs...)
 	}))
 	errs = append(errs, c.closeIPC())
@@ -664,14 +682,14 @@ func (c *Comm) Close() error {
 				errs = append(errs, c.nc.Destroy())
 			}
 		}
-		errs = append(errs, cuda.MemFree(c.ws))
+		errs = append(errs, c.rt.MemFree(c.ws))
 		for _, p := range c.retired {
-			errs = append(errs, cuda.MemFree(p))
+			errs = append(errs, c.rt.MemFree(p))
 		}
 		c.ws, c.wsBytes, c.retired, c.retiredB = 0, 0, nil, 0
 		c.stats.WorkspaceBytes = 0
-		errs = append(errs, c.side.Synchronize())
-		errs = append(errs, c.joinEv.Destroy(), c.evT.Destroy(), c.evR.Destroy(), c.stream.Destroy(), c.side.Destroy())
+		errs = append(errs, c.rt.StreamSynchronize(c.side))
+		errs = append(errs, c.rt.EventDestroy(c.joinEv), c.rt.EventDestroy(c.evT), c.rt.EventDestroy(c.evR), c.rt.StreamDestroy(c.stream), c.rt.StreamDestroy(c.side))
 		return errors.Join(errs...)
 	}))
 	errs = append(errs, c.fast.unload())
@@ -730,17 +748,17 @@ func (c *Comm) workspace(n int, capturing bool) (DevicePtr, error) {
 			c.retiredB += c.wsBytes
 		} else {
 			if c.haveLast {
-				if err := c.lastStream.Synchronize(); err != nil {
+				if err := c.rt.StreamSynchronize(c.lastStream); err != nil {
 					return 0, err
 				}
 			}
-			if err := cuda.MemFree(c.ws); err != nil {
+			if err := c.rt.MemFree(c.ws); err != nil {
 				return 0, err
 			}
 		}
 		c.ws, c.wsBytes = 0, 0
 	}
-	p, err := cuda.MemAlloc(sz)
+	p, err := c.rt.MemAlloc(sz)
 	if err != nil {
 		c.stats.WorkspaceBytes = c.retiredB
 		return 0, err
@@ -967,16 +985,16 @@ func (c *Comm) run(ctx context.Context, op string, cc callConfig, usesWS bool, c
 		return nil
 	}
 	err = c.dev.Do(func() error {
-		st, err := s.CaptureStatus()
+		var err error
+		capturing, err = c.rt.StreamCapturing(s)
 		if err != nil {
 			return err
 		}
-		capturing = st == cuda.CaptureActive
 		if c.haveLast && c.lastStream != s && !capturing && !c.lastCapt {
-			if err := c.joinEv.Record(c.lastStream); err != nil {
+			if err := c.rt.EventRecord(c.joinEv, c.lastStream); err != nil {
 				return err
 			}
-			if err := s.WaitEvent(c.joinEv); err != nil {
+			if err := c.rt.StreamWaitEvent(s, c.joinEv); err != nil {
 				return err
 			}
 		}
@@ -995,4 +1013,12 @@ func (c *Comm) run(ctx context.Context, op string, cc callConfig, usesWS bool, c
 	}
 	c.stats.Collectives++
 	return nil
+}
+
+// driverName names the runtime's driver in messages ("CUDA driver").
+func driverName(rt devrt.Runtime) string {
+	if rt.Vendor() == "rocm" {
+		return "HIP runtime"
+	}
+	return "CUDA driver"
 }

@@ -1,5 +1,9 @@
-// Package ncclcomm is detcoll's deterministic collectives on NVIDIA device
-// memory, with NCCL as the transport only: NCCL moves bytes (ncclAllGather,
+// Package ncclcomm is detcoll's deterministic collectives on GPU device
+// memory — NVIDIA over NCCL, or AMD over RCCL (WithVendor("rocm") or
+// DETCOLL_DEVICE=rocm; default: the first vendor linked in and usable, CUDA
+// first) through the vendor-neutral runtime of package gpu/devrt, one code
+// path for both; the AMD side has never run on AMD hardware (docs/rocm.md) —
+// with NCCL (or RCCL) as the transport only: NCCL moves bytes (ncclAllGather,
 // grouped ncclSend/ncclRecv), detcoll's reduce kernels (package gpu's, and
 // this package's kernels/fast.cu for W = 2, 4, 8) do all the arithmetic with
 // the fixed rank tree of DESIGN.md. NCCL's own

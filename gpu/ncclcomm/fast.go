@@ -8,8 +8,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/gpu/devrt"
 )
 
 // fastSource is appended to gpu.ReduceSource: reduce kernels for W = 2, 4
@@ -36,10 +35,10 @@ var fastUnroll = map[int]int{2: 4, 4: 2, 8: 1}
 
 type fastKernels struct {
 	dev  *gpu.Device
-	mod  cuda.Module
-	fns  map[string]cuda.Function
+	mod  devrt.Module
+	fns  map[string]devrt.Function
 	sms  int
-	args cuda.Args // used under the communicator's lock
+	args devrt.Args // used under the communicator's lock
 	src  [64]byte
 }
 
@@ -73,21 +72,21 @@ func loadFast(dev *gpu.Device) (*fastKernels, error) {
 	if os.Getenv(FastReduceEnv) == "0" {
 		return nil, nil
 	}
-	ma, mi := dev.ComputeCapability()
-	prog, err := nvrtc.Build(gpu.ReduceSource+"\n"+fastSource, "detcoll_fast_reduce.cu", ma*10+mi)
+	rt := dev.Runtime()
+	prog, err := rt.Build(gpu.ReduceSource+"\n"+fastSource, "detcoll_fast_reduce.cu", dev.Props())
 	if err != nil {
 		return nil, fmt.Errorf("ncclcomm: compiling the fast reduce kernels: %w", err)
 	}
-	f := &fastKernels{dev: dev, fns: map[string]cuda.Function{}, sms: dev.Multiprocessors()}
+	f := &fastKernels{dev: dev, fns: map[string]devrt.Function{}, args: rt.NewArgs(), sms: dev.Multiprocessors()}
 	err = dev.Do(func() error {
-		m, err := cuda.ModuleLoadData(prog.Image)
+		m, err := rt.ModuleLoad(prog.Image)
 		if err != nil {
 			return err
 		}
 		for _, n := range fastNames() {
-			fn, err := m.Function(n)
+			fn, err := rt.ModuleFunction(m, n)
 			if err != nil {
-				_ = m.Unload()
+				_ = rt.ModuleUnload(m)
 				return err
 			}
 			f.fns[n] = fn
@@ -96,7 +95,7 @@ func loadFast(dev *gpu.Device) (*fastKernels, error) {
 		return nil
 	})
 	if err != nil {
-		nvrtc.Invalidate(prog.Key)
+		rt.Invalidate(prog.Key)
 		return nil, fmt.Errorf("ncclcomm: loading the fast reduce kernels: %w", err)
 	}
 	return f, nil
@@ -106,7 +105,7 @@ func (f *fastKernels) unload() error {
 	if f == nil || f.mod == 0 {
 		return nil
 	}
-	return f.dev.Do(func() error { return f.mod.Unload() })
+	return f.dev.Do(func() error { return f.dev.Runtime().ModuleUnload(f.mod) })
 }
 
 // fastPlan is the head/vector/tail split of a fast launch, or ok=false
@@ -167,9 +166,9 @@ func (f *fastKernels) launch(s Stream, dt dtype.DType, acc detcoll.Accumulate, o
 	}
 	f.args.Reset()
 	f.args.Ptr(out).Raw(f.src[:], 8).I64(int64(count)).I64(head).I64(nvec)
-	grid := cuda.Dim3{X: uint32(blocks), Y: 1, Z: 1}
-	block := cuda.Dim3{X: fastBlock, Y: 1, Z: 1}
-	return true, cuda.LaunchKernel(fn, grid, block, 0, s, &f.args)
+	grid := devrt.Dim3{X: uint32(blocks), Y: 1, Z: 1}
+	block := devrt.Dim3{X: fastBlock, Y: 1, Z: 1}
+	return true, f.dev.Runtime().Launch(fn, grid, block, 0, s, f.args)
 }
 
 // reduce enqueues the tree reduction of the inputs in (rank order) into out

@@ -16,8 +16,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/gpu/devrt"
 )
 
 // ipcSource is appended to gpu.ReduceSource and fastSource: the one-shot,
@@ -295,10 +294,11 @@ type ipcState struct {
 	bytes   int
 	stage   [ipcMaxW]DevicePtr
 	opened  []DevicePtr
-	host    cuda.HostMem // u32 [0] error word (device writes), [1] abort word (host writes)
-	mod     cuda.Module
-	fns     map[string]cuda.Function
-	args    cuda.Args
+	host    devrt.HostMem // u32 [0] error word (device writes), [1] abort word (host writes)
+	rt      devrt.Runtime
+	mod     devrt.Module
+	fns     map[string]devrt.Function
+	args    devrt.Args
 	argBuf  [ipcArgBytes]byte
 	a       ipcArgs
 }
@@ -420,19 +420,19 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
-	st := &ipcState{geom: ipcGeom{w: w, capacity: c.cfg.ipcBytes &^ 255, maxBlocks: maxB, blockBytes: blockBytes,
+	st := &ipcState{rt: c.rt, args: c.rt.NewArgs(), geom: ipcGeom{w: w, capacity: c.cfg.ipcBytes &^ 255, maxBlocks: maxB, blockBytes: blockBytes,
 		llBytes: llBytes, oneShot: oneShot}, timeout: c.cfg.ipcTimeout}
 
 	// Round 1: allocate, export, publish host, GPU and handle.
 	mine := make([]byte, ipcRecordBytes)
 	lerr := c.dev.Do(func() error { return st.allocate() })
 	if lerr == nil {
-		var h cuda.IpcMemHandle
-		if h, lerr = cuda.IpcGetMemHandle(st.own); lerr == nil {
+		var h devrt.IpcHandle
+		if h, lerr = c.rt.IpcGetMemHandle(st.own); lerr == nil {
 			mine[0] = 1
 			host, _ := os.Hostname()
 			copy(mine[1:65], host)
-			if u, err := c.dev.CUDADevice().UUID(); err == nil {
+			if u, err := c.dev.UUID(); err == nil {
 				copy(mine[65:81], u[:])
 			}
 			copy(mine[81:145], h[:])
@@ -491,29 +491,28 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 // kernels. Runs inside dev.Do.
 func (st *ipcState) allocate() error {
 	st.bytes = IPCHeaderBytes + 2*st.geom.capacity
-	p, err := cuda.MemAlloc(st.bytes)
+	p, err := st.rt.MemAlloc(st.bytes)
 	if err != nil {
 		return err
 	}
 	st.own = p
-	if err := cuda.MemsetD8(p, 0, st.bytes); err != nil {
+	if err := st.rt.MemsetD8(p, 0, st.bytes); err != nil {
 		return err
 	}
-	if st.host, err = cuda.MemAllocHost(64); err != nil {
+	if st.host, err = st.rt.HostAlloc(64); err != nil {
 		return err
 	}
-	clear(st.host.Bytes())
+	clear(st.host.Bytes)
 	return nil
 }
 
 // open finds every peer's GPU, checks peer access, maps its staging buffer
 // and compiles the kernels. Runs inside dev.Do.
 func (st *ipcState) open(c *Comm, rec func(p int) []byte) error {
-	n, err := cuda.DeviceCount()
+	n, err := c.rt.DeviceCount()
 	if err != nil {
 		return err
 	}
-	self := c.dev.CUDADevice()
 	for p := 0; p < c.size; p++ {
 		if p == c.rank {
 			st.stage[p] = st.own
@@ -523,13 +522,9 @@ func (st *ipcState) open(c *Comm, rec func(p int) []byte) error {
 		copy(uuid[:], rec(p)[65:81])
 		found := false
 		for i := 0; i < n && !found; i++ {
-			d, err := cuda.DeviceGet(i)
-			if err != nil {
-				return err
-			}
-			if u, err := d.UUID(); err == nil && u == uuid {
+			if u, err := c.rt.DeviceUUID(i); err == nil && u == uuid {
 				found = true
-				if ok, err := self.CanAccessPeer(d); err != nil || !ok {
+				if ok, err := c.dev.Context().CanAccessPeer(i); err != nil || !ok {
 					return fmt.Errorf("GPU %d has no peer access to rank %d's GPU %d (%v)", c.dev.Ordinal(), p, i, err)
 				}
 			}
@@ -537,29 +532,28 @@ func (st *ipcState) open(c *Comm, rec func(p int) []byte) error {
 		if !found {
 			return fmt.Errorf("rank %d's GPU is not visible to rank %d (CUDA_VISIBLE_DEVICES?)", p, c.rank)
 		}
-		var h cuda.IpcMemHandle
+		var h devrt.IpcHandle
 		copy(h[:], rec(p)[81:145])
-		ptr, err := cuda.IpcOpenMemHandle(h)
+		ptr, err := c.rt.IpcOpenMemHandle(h)
 		if err != nil {
 			return fmt.Errorf("opening rank %d's staging buffer: %w", p, err)
 		}
 		st.stage[p] = ptr
 		st.opened = append(st.opened, ptr)
 	}
-	ma, mi := c.dev.ComputeCapability()
-	prog, err := nvrtc.Build(ipcProgram(c.size), "detcoll_ipc.cu", ma*10+mi)
+	prog, err := c.rt.Build(ipcProgram(c.size), "detcoll_ipc.cu", c.dev.Props())
 	if err != nil {
 		return fmt.Errorf("compiling the IPC kernels: %w", err)
 	}
-	m, err := cuda.ModuleLoadData(prog.Image)
+	m, err := c.rt.ModuleLoad(prog.Image)
 	if err != nil {
-		nvrtc.Invalidate(prog.Key)
+		c.rt.Invalidate(prog.Key)
 		return fmt.Errorf("loading the IPC kernels: %w", err)
 	}
 	st.mod = m
-	st.fns = map[string]cuda.Function{}
+	st.fns = map[string]devrt.Function{}
 	for _, name := range ipcKernelNames() {
-		fn, err := m.Function(name)
+		fn, err := c.rt.ModuleFunction(m, name)
 		if err != nil {
 			return err
 		}
@@ -571,11 +565,11 @@ func (st *ipcState) open(c *Comm, rec func(p int) []byte) error {
 }
 
 func (st *ipcState) hostPtr(off int) DevicePtr {
-	return DevicePtr(uintptr(unsafe.Pointer(&st.host.Bytes()[off])))
+	return DevicePtr(uintptr(unsafe.Pointer(&st.host.Bytes[off])))
 }
 
 func (st *ipcState) word(off int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&st.host.Bytes()[off]))
+	return (*uint32)(unsafe.Pointer(&st.host.Bytes[off]))
 }
 
 // failed is the error a kernel recorded, or nil.
@@ -606,20 +600,20 @@ func (st *ipcState) abort() {
 func (st *ipcState) free() error {
 	var errs []error
 	if st.mod != 0 {
-		errs = append(errs, st.mod.Unload())
+		errs = append(errs, st.rt.ModuleUnload(st.mod))
 		st.mod = 0
 	}
 	for _, p := range st.opened {
-		errs = append(errs, cuda.IpcCloseMemHandle(p))
+		errs = append(errs, st.rt.IpcCloseMemHandle(p))
 	}
 	st.opened = nil
 	if st.own != 0 {
-		errs = append(errs, cuda.MemFree(st.own))
+		errs = append(errs, st.rt.MemFree(st.own))
 		st.own = 0
 	}
 	if st.host.Len() > 0 {
-		errs = append(errs, cuda.MemFreeHost(st.host))
-		st.host = cuda.HostMem{}
+		errs = append(errs, st.rt.HostFree(st.host))
+		st.host = devrt.HostMem{}
 	}
 	return errors.Join(errs...)
 }
@@ -633,7 +627,7 @@ func (st *ipcState) launch(s Stream, name string, grid int) error {
 	st.a.encode(st.argBuf[:])
 	st.args.Reset()
 	st.args.Raw(st.argBuf[:], 8)
-	return cuda.LaunchKernel(fn, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: ipcThreads, Y: 1, Z: 1}, 0, s, &st.args)
+	return st.rt.Launch(fn, devrt.Dim3{X: uint32(grid), Y: 1, Z: 1}, devrt.Dim3{X: ipcThreads, Y: 1, Z: 1}, 0, s, st.args)
 }
 
 // AutoLLBytes: one-shot AllReduce, ReduceScatter and AllGather messages

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/launch"
 )
 
@@ -28,14 +27,12 @@ func TestGPUIPCKernelsOneGPU(t *testing.T) {
 	if launch.Launched(os.Getenv) {
 		t.Skip("a one-GPU, one-process test: run it without a launcher")
 	}
-	if err := cuda.Available(); err != nil {
-		t.Skipf("no CUDA driver: %v", err)
+	rt, err := devrt.Get("")
+	if err != nil {
+		t.Skipf("no GPU runtime: %v", err)
 	}
-	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no GPU (%d devices, %v)", n, err)
-	}
-	if err := nvrtc.Available(); err != nil {
-		t.Skipf("no NVRTC: %v", err)
+	if err := rt.Available(); err != nil {
+		t.Skipf("no usable %s runtime: %v", rt.Vendor(), err)
 	}
 	dev, err := gpu.Open(0)
 	must(t, err)
@@ -71,15 +68,15 @@ func TestGPUIPCKernelsOneGPU(t *testing.T) {
 func runOneGPU(t *testing.T, dev *gpu.Device, e *emuRun) {
 	t.Helper()
 	w := e.w
-	ma, mi := dev.ComputeCapability()
-	prog, err := nvrtc.Build(ipcProgram(w), "detcoll_ipc.cu", ma*10+mi)
+	rt := dev.Runtime()
+	prog, err := rt.Build(ipcProgram(w), "detcoll_ipc.cu", dev.Props())
 	must(t, err)
 	var (
-		mod     cuda.Module
-		streams = make([]cuda.Stream, w)
+		mod     devrt.Module
+		streams = make([]Stream, w)
 		ranks   = make([]*ipcState, w)
 		stage   [ipcMaxW]DevicePtr
-		host    cuda.HostMem
+		host    devrt.HostMem
 		allocs  []DevicePtr
 	)
 	alloc := func(n int) DevicePtr {
@@ -92,48 +89,48 @@ func runOneGPU(t *testing.T, dev *gpu.Device, e *emuRun) {
 		dev.Do(func() error {
 			for _, s := range streams {
 				if s != 0 {
-					s.Synchronize()
-					s.Destroy()
+					rt.StreamSynchronize(s)
+					rt.StreamDestroy(s)
 				}
 			}
 			for _, p := range allocs {
-				cuda.MemFree(p)
+				rt.MemFree(p)
 			}
 			if mod != 0 {
-				mod.Unload()
+				rt.ModuleUnload(mod)
 			}
 			if host.Len() > 0 {
-				cuda.MemFreeHost(host)
+				rt.HostFree(host)
 			}
 			return nil
 		})
 	}()
 	must(t, dev.Do(func() (err error) {
-		if mod, err = cuda.ModuleLoadData(prog.Image); err != nil {
+		if mod, err = rt.ModuleLoad(prog.Image); err != nil {
 			return err
 		}
-		host, err = cuda.MemAllocHost(8 * w)
+		host, err = rt.HostAlloc(8 * w)
 		if err != nil {
 			return err
 		}
-		clear(host.Bytes())
+		clear(host.Bytes)
 		for r := range streams {
-			if streams[r], err = cuda.StreamCreate(cuda.StreamNonBlocking); err != nil {
+			if streams[r], err = rt.StreamCreate(); err != nil {
 				return err
 			}
 		}
 		return nil
 	}))
-	fns := map[string]cuda.Function{}
+	fns := map[string]devrt.Function{}
 	for _, name := range ipcKernelNames() {
-		must(t, dev.Do(func() (err error) { fns[name], err = mod.Function(name); return err }))
+		must(t, dev.Do(func() (err error) { fns[name], err = rt.ModuleFunction(mod, name); return err }))
 	}
 	for r := 0; r < w; r++ {
 		stage[r] = alloc(IPCHeaderBytes + 2*e.geom.capacity)
 		must(t, dev.Memset(stage[r], 0, IPCHeaderBytes+2*e.geom.capacity))
 	}
 	for r := 0; r < w; r++ {
-		st := &ipcState{geom: e.geom, timeout: e.timeout, host: host, fns: fns, stage: stage}
+		st := &ipcState{rt: rt, args: rt.NewArgs(), geom: e.geom, timeout: e.timeout, host: host, fns: fns, stage: stage}
 		st.a = ipcArgs{stage: stage, capacity: int64(e.geom.capacity), timeoutNS: int64(e.timeout),
 			herr: st.hostPtr(8 * r), habort: st.hostPtr(8*r + 4), rank: int32(r), w: int32(w)}
 		ranks[r] = st

@@ -14,7 +14,6 @@ import (
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -46,6 +45,8 @@ type VerifyOptions struct {
 	Seed uint64
 	// Log, when set, is called with one line per case.
 	Log func(string)
+	// Vendor is VerifyJob's WithVendor ("" picks as New does).
+	Vendor string
 }
 
 // Result is the outcome of one check on this rank.
@@ -80,7 +81,7 @@ func (r Result) String() string {
 
 // VerifyJob opens a communicator on the job (New), runs Verify and closes it.
 func VerifyJob(ctx context.Context, job *cluster.Job, opt VerifyOptions) ([]Result, error) {
-	c, err := New(ctx, job)
+	c, err := New(ctx, job, WithVendor(opt.Vendor))
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +308,7 @@ func (v *verifier) run(ctx context.Context, vc vcase) (res Result) {
 		res.Error = err.Error()
 		return res
 	}
-	var graph cuda.GraphExec
+	var graph gpu.GraphExec
 	defer func() {
 		if graph != 0 {
 			_ = v.dev.DestroyGraph(graph)

@@ -14,10 +14,8 @@ import (
 
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/cudabench"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
 // The "cuda" device: detcoll's deterministic collectives on NVIDIA GPUs over
@@ -27,8 +25,9 @@ func init() {
 		return cudabench.New(ctx, job)
 	}
 	DeviceProbes["cuda"] = cudabench.Available
+	cudabench.Versions["cuda"] = func() (string, string) { p := cudart.Probe(); return p.DriverVersion, p.CUDAVersion }
 	JobVerifiers["cuda"] = VerifyCUDAJob
-	registerEnv(EnvSection{Kind: "cuda", Key: "gpu", Text: CUDAEnvReport, JSON: func() any { return gpu.Probe() }})
+	registerEnv(EnvSection{Kind: "cuda", Key: "gpu", Text: CUDAEnvReport, JSON: func() any { return cudart.Probe() }})
 }
 
 // CUDAEnvReport is the NVIDIA section of `detcoll env`: the driver, CUDA,
@@ -37,7 +36,7 @@ func init() {
 // NCCL_* and DETCOLL_*_LIB variables of this process. It never fails.
 func CUDAEnvReport() string {
 	var b strings.Builder
-	b.WriteString(gpu.Probe().String())
+	b.WriteString(cudart.Probe().String())
 	if err := cudabench.Available(); err != nil {
 		fmt.Fprintf(&b, "%-14s unavailable: %v\n", "cuda backend", err)
 	} else {
@@ -57,16 +56,5 @@ func CUDAEnvReport() string {
 // job (every rank calls it) against the host oracle: ncclcomm.VerifyJob. Rows
 // are this rank's.
 func VerifyCUDAJob(ctx context.Context, job *cluster.Job) ([]VerifyResult, error) {
-	res, err := ncclcomm.VerifyJob(ctx, job, ncclcomm.VerifyOptions{})
-	rows := make([]VerifyResult, 0, len(res))
-	for _, r := range res {
-		dt, _ := dtype.Parse(r.DType)
-		row := VerifyResult{Transport: "nccl", World: job.Comm.Size(), Op: r.Operation, DType: dt, Algorithm: r.Algorithm,
-			Accum: r.Case, Pass: r.Error == "" && r.Bitwise && r.Stable, Detail: r.Error}
-		if row.Detail == "" && !row.Pass {
-			row.Detail = fmt.Sprintf("oracle_bitwise=%v repeat_bitwise=%v", r.Bitwise, r.Stable)
-		}
-		rows = append(rows, row)
-	}
-	return rows, err
+	return verifyDeviceJob(ctx, job, "cuda", "nccl")
 }

@@ -7,39 +7,37 @@
 package app
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/cluster"
+	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/gpu/devrt/hiprt"
 	"github.com/detcoll/detcoll/gpu/rocm"
-	"github.com/detcoll/detcoll/internal/hip"
-	"github.com/detcoll/detcoll/internal/hiprtc"
-	"github.com/detcoll/detcoll/internal/rccl"
 )
 
+// The "rocm" device: detcoll's deterministic collectives on AMD GPUs over
+// RCCL (package gpu/ncclcomm on the HIP runtime, gpu/devrt/hiprt), measured
+// against RCCL's own collectives. Never run on an AMD GPU (docs/rocm.md).
 func init() {
+	Backends["rocm"] = func(ctx context.Context, job *cluster.Job) (bench.Backend, error) {
+		return cudabench.NewVendor(ctx, job, "rocm")
+	}
 	DeviceProbes["rocm"] = ROCmAvailable
+	JobVerifiers["rocm"] = VerifyROCmJob
 	registerEnv(EnvSection{Kind: "rocm", Key: "rocm", Text: ROCmEnvReport, JSON: func() any { return rocm.Probe() }})
 }
 
-// errROCmBackend says what the rocm device lacks in this version.
-var errROCmBackend = errors.New("detcoll has no ROCm benchmark or verify backend yet (docs/rocm.md: the libraries, the kernel compiler and the probe are in; the device communicator has never run on AMD hardware)")
+// ROCmAvailable reports why `--device rocm` cannot run here, or nil: the
+// HIP runtime with a GPU, hiprtc and RCCL must load.
+func ROCmAvailable() error { return hiprt.Runtime.Available() }
 
-// ROCmAvailable reports why `--device rocm` cannot run here: the HIP
-// runtime with a GPU, hiprtc and RCCL must load, and then the missing
-// backend is the reason.
-func ROCmAvailable() error {
-	if err := hip.Available(); err != nil {
-		return err
-	}
-	if err := hiprtc.Available(); err != nil {
-		return err
-	}
-	if err := rccl.Available(); err != nil {
-		return err
-	}
-	return errROCmBackend
+// VerifyROCmJob is VerifyCUDAJob on AMD GPUs over RCCL.
+func VerifyROCmJob(ctx context.Context, job *cluster.Job) ([]VerifyResult, error) {
+	return verifyDeviceJob(ctx, job, "rocm", "rccl")
 }
 
 // ROCmEnvReport is the AMD section of `detcoll env`: the HIP runtime,
@@ -52,6 +50,8 @@ func ROCmEnvReport() string {
 	b.WriteString(rocm.Probe().String())
 	if err := ROCmAvailable(); err != nil {
 		fmt.Fprintf(&b, "%-14s unavailable: %v\n", "rocm backend", err)
+	} else {
+		fmt.Fprintf(&b, "%-14s available (detcoll bench --device rocm; never run on AMD hardware, docs/rocm.md)\n", "rocm backend")
 	}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

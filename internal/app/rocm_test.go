@@ -3,7 +3,6 @@
 package app
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -12,8 +11,11 @@ func TestROCmRegistered(t *testing.T) {
 	if _, ok := DeviceProbes["rocm"]; !ok {
 		t.Fatal("no rocm probe")
 	}
-	if _, ok := Backends["rocm"]; ok {
-		t.Fatal("a rocm bench backend is registered, but docs/rocm.md says there is none")
+	if _, ok := Backends["rocm"]; !ok {
+		t.Fatal("no rocm bench backend")
+	}
+	if _, ok := JobVerifiers["rocm"]; !ok {
+		t.Fatal("no rocm verifier")
 	}
 	found := false
 	for _, k := range GPUKinds() {
@@ -23,14 +25,13 @@ func TestROCmRegistered(t *testing.T) {
 		t.Fatalf("kinds %v", GPUKinds())
 	}
 	err := ROCmAvailable()
-	if err == nil {
-		t.Fatal("ROCm reported available without a backend")
-	}
 	r := ROCmEnvReport()
-	if !strings.Contains(r, "HIP runtime") || !strings.Contains(r, "rocm backend   unavailable: ") {
+	if !strings.Contains(r, "HIP runtime") {
 		t.Fatalf("report:\n%s", r)
 	}
-	if errors.Is(err, errROCmBackend) && !strings.Contains(r, "no ROCm benchmark") {
-		t.Fatalf("report does not say what is missing:\n%s", r)
+	if err != nil {
+		if !strings.Contains(r, "rocm backend   unavailable: ") {
+			t.Fatalf("report does not say why rocm is unavailable:\n%s", r)
+		}
 	}
 }

@@ -16,9 +16,11 @@ const module = "github.com/detcoll/detcoll/"
 // The packages that make a build CUDA or ROCm: none of the other kind may
 // be in the dependency graph of a single-vendor build.
 var (
-	cudaPackages = []string{"internal/cuda", "internal/nvrtc", "internal/nccl", "internal/cublas", "gpu",
-		"gpu/ncclcomm", "gpu/cudabench", "gpu/gpuffn", "gpu/gpuattn"}
-	rocmPackages = []string{"internal/hip", "internal/hiprtc", "internal/rccl", "gpu/rocm"}
+	// gpu, gpu/devrt, gpu/ncclcomm and gpu/cudabench are vendor-neutral
+	// (they run on whichever gpu/devrt runtime the binary links).
+	cudaPackages = []string{"internal/cuda", "internal/nvrtc", "internal/nccl", "internal/cublas",
+		"gpu/devrt/cudart", "gpu/gpuffn", "gpu/gpuattn"}
+	rocmPackages = []string{"internal/hip", "internal/hiprtc", "internal/rccl", "gpu/devrt/hiprt", "gpu/rocm"}
 	// Strings only the vendor bindings contain: library names and entry points.
 	cudaStrings = []string{"libcuda.so", "libnvrtc.so", "libnccl.so", "libcublas", "cuLaunchKernel", "nvrtcCompileProgram"}
 	rocmStrings = []string{"libamdhip64.so", "libhiprtc.so", "librccl.so", "libamd_comgr.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/detcoll/detcoll/gpu/devrt"
 )
 
 // Result is a CUresult.
@@ -125,10 +127,7 @@ type Device int32
 type Context uintptr
 
 // DevicePtr is a CUdeviceptr: a device address.
-type DevicePtr uint64
-
-// Add offsets a device pointer by n bytes.
-func (p DevicePtr) Add(n int) DevicePtr { return p + DevicePtr(n) }
+type DevicePtr = devrt.Ptr // shared with internal/hip through gpu/devrt
 
 // Stream is a CUstream; the zero value is the legacy default stream.
 type Stream uintptr

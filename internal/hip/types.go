@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/detcoll/detcoll/gpu/devrt"
 )
 
 // Result is a hipError_t.
@@ -120,10 +122,7 @@ var ErrUnavailable = errors.New("hip: runtime unavailable")
 type Device int32
 
 // DevicePtr is a device address (hipDeviceptr_t).
-type DevicePtr uint64
-
-// Add offsets a device pointer by n bytes.
-func (p DevicePtr) Add(n int) DevicePtr { return p + DevicePtr(n) }
+type DevicePtr = devrt.Ptr // shared with internal/cuda through gpu/devrt
 
 // Stream is a hipStream_t; the zero value is the null stream.
 type Stream uintptr

@@ -148,6 +148,15 @@ type Comm struct {
 	lib *Lib
 }
 
+// WrapComm gives a communicator of the shared binding (e.g.
+// ncclcomm.Comm.CCL) NCCL's typed face; nil stays nil.
+func WrapComm(c *ccl.Comm) *Comm {
+	if c == nil {
+		return nil
+	}
+	return &Comm{c: c, lib: &Lib{l: c.Lib()}}
+}
+
 func (c *Comm) core() *ccl.Comm {
 	if c == nil {
 		return nil

@@ -91,6 +91,9 @@ func (l *Lib) core() *ccl.Lib {
 	return l.l
 }
 
+// Core is the shared binding's *ccl.Lib.
+func (l *Lib) Core() *ccl.Lib { return l.core() }
+
 // Path is the loaded file.
 func (l *Lib) Path() string { return l.l.Path() }
 

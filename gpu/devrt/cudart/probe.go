@@ -1,4 +1,4 @@
-package gpu
+package cudart
 
 import (
 	"fmt"

@@ -1,0 +1,262 @@
+// Package cudart is the CUDA implementation of package gpu/devrt: the CUDA
+// driver API (internal/cuda), NVRTC (internal/nvrtc) and NCCL
+// (internal/nccl). Importing it registers the "cuda" runtime; the import
+// sites are build-constrained (`cgo && (cuda || !rocm)`, docs/rocm.md), so a
+// ROCm-only build never links it.
+//
+// Every method forwards to exactly the internal/cuda call that gpu and
+// gpu/ncclcomm made before the runtime abstraction (same flags, same
+// errors), converting only the neutral handle types.
+package cudart
+
+import (
+	"fmt"
+
+	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/ccl"
+	"github.com/detcoll/detcoll/internal/cuda"
+	"github.com/detcoll/detcoll/internal/nccl"
+	"github.com/detcoll/detcoll/internal/nvrtc"
+)
+
+func init() { devrt.Register(Runtime) }
+
+// Runtime is the CUDA devrt.Runtime.
+var Runtime devrt.Runtime = rt{}
+
+type rt struct{}
+
+func (rt) Vendor() string  { return "cuda" }
+func (rt) CCLName() string { return "NCCL" }
+
+func (rt) DriverAvailable() error { return cuda.Available() }
+
+// Available needs the CUDA driver with at least one GPU, NVRTC and NCCL.
+func (rt) Available() error {
+	if err := cuda.Available(); err != nil {
+		return err
+	}
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("cuda: the driver sees no GPU")
+	}
+	if err := nvrtc.Available(); err != nil {
+		return err
+	}
+	return nccl.Available()
+}
+
+func (rt) DeviceCount() (int, error) { return cuda.DeviceCount() }
+
+func (rt) CCL() (*ccl.Lib, error) {
+	l, err := nccl.Default()
+	if err != nil {
+		return nil, err
+	}
+	return l.Core(), nil
+}
+
+type context struct {
+	dev cuda.Device
+	ctx cuda.Context
+}
+
+// Open reads the device's properties and retains its primary context.
+func (rt) Open(ordinal int) (devrt.Context, devrt.Props, error) {
+	var p devrt.Props
+	dev, err := cuda.DeviceGet(ordinal)
+	if err != nil {
+		return nil, p, err
+	}
+	if p.Name, err = dev.Name(); err != nil {
+		return nil, p, err
+	}
+	if p.CCMajor, p.CCMinor, err = dev.ComputeCapability(); err != nil {
+		return nil, p, err
+	}
+	p.Arch = fmt.Sprintf("sm_%d%d", p.CCMajor, p.CCMinor)
+	p.WarpSize = 32
+	if p.Multiprocessors, err = dev.Attribute(cuda.AttrMultiprocessorCount); err != nil {
+		return nil, p, err
+	}
+	if p.TotalMem, err = dev.TotalMem(); err != nil {
+		return nil, p, err
+	}
+	c := &context{dev: dev}
+	if c.ctx, err = dev.PrimaryCtxRetain(); err != nil {
+		return nil, p, err
+	}
+	return c, p, nil
+}
+
+func (c *context) Do(fn func() error) error  { return c.ctx.Do(fn) }
+func (c *context) Release() error            { return c.dev.PrimaryCtxRelease() }
+func (c *context) UUID() ([16]byte, error)   { return c.dev.UUID() }
+func (c *context) PCIBusID() (string, error) { return c.dev.PCIBusID() }
+
+func (c *context) CanAccessPeer(peer int) (bool, error) {
+	d, err := cuda.DeviceGet(peer)
+	if err != nil {
+		return false, err
+	}
+	return c.dev.CanAccessPeer(d)
+}
+
+func (c *context) Capture(s devrt.Stream, fn func() error) (devrt.GraphExec, error) {
+	g, err := cuda.Capture(c.ctx, cuda.Stream(s), cuda.CaptureThreadLocal, fn)
+	return devrt.GraphExec(g), err
+}
+
+// Context returns the CUDA primary context and device of a Context opened
+// by this runtime (for CUDA-only code such as cuBLAS), ok false otherwise.
+func Context(c devrt.Context) (ctx cuda.Context, dev cuda.Device, ok bool) {
+	cc, ok := c.(*context)
+	if !ok {
+		return 0, 0, false
+	}
+	return cc.ctx, cc.dev, true
+}
+
+func (rt) Build(source, name string, p devrt.Props) (*devrt.Program, error) {
+	prog, err := nvrtc.Build(source, name, p.CCMajor*10+p.CCMinor)
+	if err != nil {
+		return nil, err
+	}
+	kind := "compute_"
+	if prog.CUBIN {
+		kind = "sm_"
+	}
+	return &devrt.Program{Image: prog.Image, Key: prog.Key, From: prog.From, Arch: fmt.Sprintf("%s%d", kind, prog.Arch),
+		Version: prog.Version, Options: prog.Options, Compiled: prog.From == "compiled"}, nil
+}
+
+func (rt) Invalidate(key string) { nvrtc.Invalidate(key) }
+
+func (rt) MemAlloc(n int) (devrt.Ptr, error) { return cuda.MemAlloc(n) }
+func (rt) MemFree(p devrt.Ptr) error         { return cuda.MemFree(p) }
+func (rt) MemGetAddressRange(p devrt.Ptr) (devrt.Ptr, uint64, error) {
+	return cuda.MemGetAddressRange(p)
+}
+func (rt) MemGetInfo() (free, total uint64, err error) { return cuda.MemGetInfo() }
+func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return cuda.MemcpyHtoD(dst, src) }
+func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return cuda.MemcpyDtoH(dst, src) }
+func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return cuda.MemcpyDtoD(dst, src, n) }
+func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return cuda.MemsetD8(p, v, n) }
+func (rt) SyncLegacy() error                           { return cuda.Stream(0).Synchronize() }
+func (rt) StreamDestroy(s devrt.Stream) error          { return cuda.Stream(s).Destroy() }
+func (rt) StreamSynchronize(s devrt.Stream) error      { return cuda.Stream(s).Synchronize() }
+func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
+	return cuda.Stream(s).WaitEvent(cuda.Event(e))
+}
+func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
+	return cuda.MemcpyDtoDAsync(dst, src, n, cuda.Stream(s))
+}
+
+func (rt) StreamCreate() (devrt.Stream, error) {
+	s, err := cuda.StreamCreate(cuda.StreamNonBlocking)
+	return devrt.Stream(s), err
+}
+
+func (rt) StreamCapturing(s devrt.Stream) (bool, error) {
+	st, err := cuda.Stream(s).CaptureStatus()
+	return st == cuda.CaptureActive, err
+}
+
+func (rt) EventCreate(timing bool) (devrt.Event, error) {
+	flags := cuda.EventDisableTiming
+	if timing {
+		flags = cuda.EventDefault
+	}
+	e, err := cuda.EventCreate(flags)
+	return devrt.Event(e), err
+}
+
+func (rt) EventRecord(e devrt.Event, s devrt.Stream) error {
+	return cuda.Event(e).Record(cuda.Stream(s))
+}
+func (rt) EventSynchronize(e devrt.Event) error { return cuda.Event(e).Synchronize() }
+func (rt) EventDestroy(e devrt.Event) error     { return cuda.Event(e).Destroy() }
+func (rt) EventElapsed(a, b devrt.Event) (float32, error) {
+	return cuda.ElapsedTime(cuda.Event(a), cuda.Event(b))
+}
+
+func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
+	m, err := cuda.ModuleLoadData(image)
+	return devrt.Module(m), err
+}
+func (rt) ModuleUnload(m devrt.Module) error { return cuda.Module(m).Unload() }
+func (rt) ModuleFunction(m devrt.Module, name string) (devrt.Function, error) {
+	f, err := cuda.Module(m).Function(name)
+	return devrt.Function(f), err
+}
+
+func (rt) FunctionResources(f devrt.Function) (int, int, error) {
+	regs, err := cuda.Function(f).Attribute(cuda.FuncNumRegs)
+	local, err2 := cuda.Function(f).Attribute(cuda.FuncLocalSizeBytes)
+	if err == nil {
+		err = err2
+	}
+	return regs, local, err
+}
+
+// args is cuda.Args behind devrt.Args.
+type args struct{ a cuda.Args }
+
+func (rt) NewArgs() devrt.Args                     { return new(args) }
+func (a *args) Reset()                             { a.a.Reset() }
+func (a *args) Err() error                         { return a.a.Err() }
+func (a *args) Raw(b []byte, align int) devrt.Args { a.a.Raw(b, align); return a }
+func (a *args) Ptr(p devrt.Ptr) devrt.Args         { a.a.Ptr(p); return a }
+func (a *args) U64(v uint64) devrt.Args            { a.a.U64(v); return a }
+func (a *args) I64(v int64) devrt.Args             { a.a.I64(v); return a }
+func (a *args) U32(v uint32) devrt.Args            { a.a.U32(v); return a }
+func (a *args) I32(v int32) devrt.Args             { a.a.I32(v); return a }
+func (a *args) F32(v float32) devrt.Args           { a.a.F32(v); return a }
+func (a *args) F64(v float64) devrt.Args           { a.a.F64(v); return a }
+
+func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
+	var ca *cuda.Args
+	if a != nil {
+		aa, ok := a.(*args)
+		if !ok {
+			return fmt.Errorf("cudart: kernel arguments of type %T were not made by this runtime", a)
+		}
+		ca = &aa.a
+	}
+	return cuda.LaunchKernel(cuda.Function(f), cuda.Dim3(grid), cuda.Dim3(block), shared, cuda.Stream(s), ca)
+}
+
+func (rt) GraphLaunch(g devrt.GraphExec, s devrt.Stream) error {
+	return cuda.GraphExec(g).Launch(cuda.Stream(s))
+}
+func (rt) GraphDestroy(g devrt.GraphExec) error { return cuda.GraphExec(g).Destroy() }
+
+func (rt) HostAlloc(n int) (devrt.HostMem, error) {
+	h, err := cuda.MemAllocHost(n)
+	return devrt.HostMem{Bytes: h.Bytes(), Handle: h}, err
+}
+
+func (rt) HostFree(h devrt.HostMem) error {
+	ch, _ := h.Handle.(cuda.HostMem)
+	return cuda.MemFreeHost(ch)
+}
+
+func (rt) IpcGetMemHandle(p devrt.Ptr) (devrt.IpcHandle, error) {
+	h, err := cuda.IpcGetMemHandle(p)
+	return devrt.IpcHandle(h), err
+}
+func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
+	return cuda.IpcOpenMemHandle(cuda.IpcMemHandle(h))
+}
+func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return cuda.IpcCloseMemHandle(p) }
+
+func (rt) DeviceUUID(ordinal int) ([16]byte, error) {
+	d, err := cuda.DeviceGet(ordinal)
+	if err != nil {
+		return [16]byte{}, err
+	}
+	return d.UUID()
+}

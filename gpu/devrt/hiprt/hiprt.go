@@ -1,0 +1,242 @@
+// Package hiprt is the ROCm implementation of package gpu/devrt: the HIP
+// runtime (internal/hip), hiprtc (internal/hiprtc) and RCCL
+// (internal/rccl). Importing it registers the "rocm" runtime; the import
+// sites are build-constrained (`cgo && (rocm || !cuda)`, docs/rocm.md), so a
+// CUDA-only build never links it.
+//
+// None of this has run on an AMD GPU (docs/rocm.md): it is tested against
+// the stand-in HIP runtime of internal/hip's tests and, for the kernels,
+// real hiprtc compiles.
+//
+// HIP specifics: a Context is the device ordinal (hipSetDevice on a locked
+// thread; HIP has no context retain); pinned host memory is hipHostMalloc
+// with default flags, which ROCm maps into every device's address space at
+// the same address (unified addressing), as the IPC path's host words need;
+// HIP has no device UUID call bound here, so DeviceUUID is the PCI bus id
+// (unique on one host, which is all the IPC path matches on).
+package hiprt
+
+import (
+	"fmt"
+
+	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/ccl"
+	"github.com/detcoll/detcoll/internal/hip"
+	"github.com/detcoll/detcoll/internal/hiprtc"
+	"github.com/detcoll/detcoll/internal/rccl"
+)
+
+func init() { devrt.Register(Runtime) }
+
+// Runtime is the ROCm devrt.Runtime.
+var Runtime devrt.Runtime = rt{}
+
+type rt struct{}
+
+func (rt) Vendor() string  { return "rocm" }
+func (rt) CCLName() string { return "RCCL" }
+
+func (rt) DriverAvailable() error { return hip.Available() }
+
+// Available needs the HIP runtime with at least one GPU, hiprtc and RCCL.
+func (rt) Available() error {
+	if err := hip.Available(); err != nil {
+		return err
+	}
+	n, err := hip.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("hip: the runtime sees no GPU")
+	}
+	if err := hiprtc.Available(); err != nil {
+		return err
+	}
+	return rccl.Available()
+}
+
+func (rt) DeviceCount() (int, error) { return hip.DeviceCount() }
+
+func (rt) CCL() (*ccl.Lib, error) {
+	l, err := rccl.Default()
+	if err != nil {
+		return nil, err
+	}
+	return l.Core(), nil
+}
+
+type context struct{ dev hip.Device }
+
+// Open reads the device's properties (gcnArchName is the compile target).
+func (rt) Open(ordinal int) (devrt.Context, devrt.Props, error) {
+	var p devrt.Props
+	d := hip.Device(ordinal)
+	props, err := d.Properties()
+	if err != nil {
+		return nil, p, err
+	}
+	p.Name, p.Arch, p.WarpSize = props.Name, props.GCNArchName, props.WarpSize
+	if p.Multiprocessors, err = d.Attribute(hip.AttrMultiprocessorCount); err != nil {
+		return nil, p, err
+	}
+	if p.TotalMem, err = d.TotalMem(); err != nil {
+		return nil, p, err
+	}
+	return &context{dev: d}, p, nil
+}
+
+func (c *context) Do(fn func() error) error  { return c.dev.Do(fn) }
+func (c *context) Release() error            { return nil }
+func (c *context) UUID() ([16]byte, error)   { return uuidOf(c.dev) }
+func (c *context) PCIBusID() (string, error) { return c.dev.PCIBusID() }
+
+func (c *context) CanAccessPeer(peer int) (bool, error) { return c.dev.CanAccessPeer(hip.Device(peer)) }
+
+func (c *context) Capture(s devrt.Stream, fn func() error) (devrt.GraphExec, error) {
+	g, err := hip.Capture(c.dev, hip.Stream(s), hip.CaptureThreadLocal, fn)
+	return devrt.GraphExec(g), err
+}
+
+// uuidOf identifies a device on this host by its PCI bus id.
+func uuidOf(d hip.Device) ([16]byte, error) {
+	var u [16]byte
+	id, err := d.PCIBusID()
+	if err != nil {
+		return u, err
+	}
+	if id == "" {
+		return u, fmt.Errorf("hip: device %d has no PCI bus id", int(d))
+	}
+	copy(u[:], id)
+	return u, nil
+}
+
+func (rt) Build(source, name string, p devrt.Props) (*devrt.Program, error) {
+	prog, err := hiprtc.Build(source, name, p.Arch)
+	if err != nil {
+		return nil, err
+	}
+	return &devrt.Program{Image: prog.Image, Key: prog.Key, From: prog.From, Arch: prog.Processor,
+		Version: prog.Version, Options: prog.Options, Compiled: prog.From == "compiled"}, nil
+}
+
+func (rt) Invalidate(key string) { hiprtc.Invalidate(key) }
+
+func (rt) MemAlloc(n int) (devrt.Ptr, error) { return hip.MemAlloc(n) }
+func (rt) MemFree(p devrt.Ptr) error         { return hip.MemFree(p) }
+func (rt) MemGetAddressRange(p devrt.Ptr) (devrt.Ptr, uint64, error) {
+	return hip.MemGetAddressRange(p)
+}
+func (rt) MemGetInfo() (free, total uint64, err error) { return hip.MemGetInfo() }
+func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return hip.MemcpyHtoD(dst, src) }
+func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return hip.MemcpyDtoH(dst, src) }
+func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return hip.MemcpyDtoD(dst, src, n) }
+func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return hip.MemsetD8(p, v, n) }
+func (rt) SyncLegacy() error                           { return hip.Stream(0).Synchronize() }
+func (rt) StreamDestroy(s devrt.Stream) error          { return hip.Stream(s).Destroy() }
+func (rt) StreamSynchronize(s devrt.Stream) error      { return hip.Stream(s).Synchronize() }
+func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
+	return hip.Stream(s).WaitEvent(hip.Event(e))
+}
+func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
+	return hip.MemcpyDtoDAsync(dst, src, n, hip.Stream(s))
+}
+
+func (rt) StreamCreate() (devrt.Stream, error) {
+	s, err := hip.StreamCreate(hip.StreamNonBlocking)
+	return devrt.Stream(s), err
+}
+
+func (rt) StreamCapturing(s devrt.Stream) (bool, error) {
+	st, err := hip.Stream(s).CaptureStatus()
+	return st == hip.CaptureActive, err
+}
+
+func (rt) EventCreate(timing bool) (devrt.Event, error) {
+	flags := hip.EventDisableTiming
+	if timing {
+		flags = hip.EventDefault
+	}
+	e, err := hip.EventCreate(flags)
+	return devrt.Event(e), err
+}
+
+func (rt) EventRecord(e devrt.Event, s devrt.Stream) error { return hip.Event(e).Record(hip.Stream(s)) }
+func (rt) EventSynchronize(e devrt.Event) error            { return hip.Event(e).Synchronize() }
+func (rt) EventDestroy(e devrt.Event) error                { return hip.Event(e).Destroy() }
+func (rt) EventElapsed(a, b devrt.Event) (float32, error) {
+	return hip.ElapsedTime(hip.Event(a), hip.Event(b))
+}
+
+func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
+	m, err := hip.ModuleLoadData(image)
+	return devrt.Module(m), err
+}
+func (rt) ModuleUnload(m devrt.Module) error { return hip.Module(m).Unload() }
+func (rt) ModuleFunction(m devrt.Module, name string) (devrt.Function, error) {
+	f, err := hip.Module(m).Function(name)
+	return devrt.Function(f), err
+}
+
+func (rt) FunctionResources(f devrt.Function) (int, int, error) {
+	regs, err := hip.Function(f).Attribute(hip.FuncNumRegs)
+	local, err2 := hip.Function(f).Attribute(hip.FuncLocalSizeBytes)
+	if err == nil {
+		err = err2
+	}
+	return regs, local, err
+}
+
+// args is hip.Args behind devrt.Args.
+type args struct{ a hip.Args }
+
+func (rt) NewArgs() devrt.Args                     { return new(args) }
+func (a *args) Reset()                             { a.a.Reset() }
+func (a *args) Err() error                         { return a.a.Err() }
+func (a *args) Raw(b []byte, align int) devrt.Args { a.a.Raw(b, align); return a }
+func (a *args) Ptr(p devrt.Ptr) devrt.Args         { a.a.Ptr(p); return a }
+func (a *args) U64(v uint64) devrt.Args            { a.a.U64(v); return a }
+func (a *args) I64(v int64) devrt.Args             { a.a.I64(v); return a }
+func (a *args) U32(v uint32) devrt.Args            { a.a.U32(v); return a }
+func (a *args) I32(v int32) devrt.Args             { a.a.I32(v); return a }
+func (a *args) F32(v float32) devrt.Args           { a.a.F32(v); return a }
+func (a *args) F64(v float64) devrt.Args           { a.a.F64(v); return a }
+
+func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
+	var ha *hip.Args
+	if a != nil {
+		aa, ok := a.(*args)
+		if !ok {
+			return fmt.Errorf("hiprt: kernel arguments of type %T were not made by this runtime", a)
+		}
+		ha = &aa.a
+	}
+	return hip.LaunchKernel(hip.Function(f), hip.Dim3(grid), hip.Dim3(block), shared, hip.Stream(s), ha)
+}
+
+func (rt) GraphLaunch(g devrt.GraphExec, s devrt.Stream) error {
+	return hip.GraphExec(g).Launch(hip.Stream(s))
+}
+func (rt) GraphDestroy(g devrt.GraphExec) error { return hip.GraphExec(g).Destroy() }
+
+func (rt) HostAlloc(n int) (devrt.HostMem, error) {
+	h, err := hip.MemAllocHost(n)
+	return devrt.HostMem{Bytes: h.Bytes(), Handle: h}, err
+}
+
+func (rt) HostFree(h devrt.HostMem) error {
+	hh, _ := h.Handle.(hip.HostMem)
+	return hip.MemFreeHost(hh)
+}
+
+func (rt) IpcGetMemHandle(p devrt.Ptr) (devrt.IpcHandle, error) {
+	h, err := hip.IpcGetMemHandle(p)
+	return devrt.IpcHandle(h), err
+}
+func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
+	return hip.IpcOpenMemHandle(hip.IpcMemHandle(h))
+}
+func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return hip.IpcCloseMemHandle(p) }
+
+func (rt) DeviceUUID(ordinal int) ([16]byte, error) { return uuidOf(hip.Device(ordinal)) }
