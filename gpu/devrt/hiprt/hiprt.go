@@ -36,6 +36,10 @@ type rt struct{}
 func (rt) Vendor() string  { return "rocm" }
 func (rt) CCLName() string { return "RCCL" }
 
+func (rt) CompilerName() string     { return "hiprtc" }
+func (rt) CompilerAvailable() error { return hiprtc.Available() }
+func (rt) CCLAvailable() error      { return rccl.Available() }
+
 func (rt) DriverAvailable() error { return hip.Available() }
 
 // Available needs the HIP runtime with at least one GPU, hiprtc and RCCL.
