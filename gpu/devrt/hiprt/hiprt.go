@@ -244,3 +244,19 @@ func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
 func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return hip.IpcCloseMemHandle(p) }
 
 func (rt) DeviceUUID(ordinal int) ([16]byte, error) { return uuidOf(hip.Device(ordinal)) }
+
+// Versions is the HIP driver and runtime versions (hipDriverGetVersion,
+// hipRuntimeGetVersion) as "major.minor.patch", for the benchmark report's
+// device info; empty where the runtime does not load or the call fails.
+func Versions() (driver, runtime string) {
+	if err := hip.Load(); err != nil {
+		return "", ""
+	}
+	if v, err := hip.DriverVersion(); err == nil {
+		driver = hip.VersionString(v)
+	}
+	if v, err := hip.RuntimeVersion(); err == nil {
+		runtime = hip.VersionString(v)
+	}
+	return driver, runtime
+}
