@@ -64,9 +64,13 @@ type Case interface {
 type DeviceInfo struct {
 	Kind          string   `json:"kind"`           // "cpu", "cuda", "rocm"
 	Names         []string `json:"names"`          // CPU model or GPU names
-	DriverVersion string   `json:"driver_version"` // empty on CPU
-	CUDAVersion   string   `json:"cuda_version"`   // empty on CPU
+	DriverVersion string   `json:"driver_version"` // NVIDIA driver, or HIP driver (hipDriverGetVersion) on rocm; empty on CPU
+	CUDAVersion   string   `json:"cuda_version"`   // empty on CPU and rocm
 	NCCLVersion   string   `json:"nccl_version"`   // NCCL or RCCL actually loaded; empty on CPU
+	// On rocm only: the HIP runtime version (hipRuntimeGetVersion) and the
+	// collective library's name ("RCCL": nccl_version is then RCCL's).
+	HIPVersion string `json:"hip_version,omitempty"`
+	CCL        string `json:"ccl,omitempty"`
 }
 
 // CaseSpec is what a backend needs to prepare a case.

@@ -67,7 +67,8 @@ func AvailableVendor(vendor string) error {
 
 // Versions, keyed by vendor, reports the driver and runtime versions for
 // the report (registered by the binary's vendor import sites: the CUDA one
-// is gpu/devrt/cudart's Probe).
+// is gpu/devrt/cudart's Probe — driver and CUDA version —, the ROCm one
+// hiprt.Versions — HIP driver and runtime version).
 var Versions = map[string]func() (driver, runtime string){}
 
 // Backend is one rank's CUDA benchmark backend.
@@ -114,11 +115,24 @@ func NewWithComm(ctx context.Context, c *ncclcomm.Comm, host *detcoll.Comm) (*Ba
 	for p := range names {
 		names[p] = strings.TrimRight(string(all[p*n:(p+1)*n]), "\x00")
 	}
-	info := bench.DeviceInfo{Kind: c.Vendor(), Names: names, NCCLVersion: c.NCCLVersion()}
-	if v, ok := Versions[c.Vendor()]; ok {
+	return &Backend{comm: c, info: deviceInfo(c.Vendor(), names, c.NCCLVersion())}, nil
+}
+
+// deviceInfo is the report's device description: on cuda the NVIDIA driver
+// and CUDA versions, on rocm the HIP driver and runtime versions and the
+// collective library's name (RCCL); ccl is the collective library's version.
+func deviceInfo(vendor string, names []string, ccl string) bench.DeviceInfo {
+	info := bench.DeviceInfo{Kind: vendor, Names: names, NCCLVersion: ccl}
+	v, ok := Versions[vendor]
+	if vendor == "rocm" {
+		info.CCL = "RCCL"
+		if ok {
+			info.DriverVersion, info.HIPVersion = v()
+		}
+	} else if ok {
 		info.DriverVersion, info.CUDAVersion = v()
 	}
-	return &Backend{comm: c, info: info}, nil
+	return info
 }
 
 // ReportExtra describes the peer-memory (CUDA IPC) path of this rank for
@@ -150,7 +164,8 @@ func (b *Backend) Name() string { return b.comm.Vendor() }
 
 // Device reports kind "cuda", every rank's GPU name (rank order), the
 // NVIDIA driver, the CUDA version the driver supports and the NCCL version
-// actually loaded.
+// actually loaded; on kind "rocm" the HIP driver and runtime versions and
+// the RCCL version actually loaded.
 func (b *Backend) Device() bench.DeviceInfo { return b.info }
 
 // Prepare allocates the input, the deterministic and the native output on

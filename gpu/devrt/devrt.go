@@ -134,6 +134,12 @@ type Runtime interface {
 	Available() error
 	// DriverAvailable checks the driver/runtime library only.
 	DriverAvailable() error
+	// CompilerName is "NVRTC" or "hiprtc"; CompilerAvailable and
+	// CCLAvailable check the kernel compiler and the collective library
+	// alone (Available checks all three and a GPU).
+	CompilerName() string
+	CompilerAvailable() error
+	CCLAvailable() error
 	DeviceCount() (int, error)
 	Open(ordinal int) (Context, Props, error)
 	// CCL loads the collective library (NCCL or RCCL) once per process.

@@ -10,17 +10,13 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/ncclcomm"
-	"github.com/detcoll/detcoll/internal/cuda"
-	"github.com/detcoll/detcoll/internal/nvrtc"
 	"github.com/detcoll/detcoll/parallel"
-
-	// This package is CUDA-only: it links (and registers) the CUDA runtime
-	// of gpu/devrt that gpu.Device and ncclcomm run on.
-	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
-// GatherRowsSource is the CUDA C source of the row-gather kernel.
+// GatherRowsSource is the CUDA C source of the row-gather kernel (compiled
+// by NVRTC on NVIDIA and by hiprtc on AMD).
 //
 //go:embed kernels/gather_rows.cu
 var GatherRowsSource string
@@ -30,18 +26,35 @@ const (
 	blockThreads = 256
 )
 
+// BackendName is the name of the CP ag_rs backend on a device of vendor
+// ("cuda" or "rocm", as gpu.Device.Vendor and devrt.Runtime.Vendor report
+// it), as package parallel names the host path: cuda_ag_rs (NCCL moves the
+// bytes) or rccl_ag_rs (RCCL moves them). Another vendor is an error.
+func BackendName(vendor string) (parallel.Backend, error) {
+	switch vendor {
+	case "cuda":
+		return parallel.CUDAAgRs, nil
+	case "rocm":
+		return parallel.RCCLAgRs, nil
+	}
+	return "", fmt.Errorf("gpuattn: no ag_rs backend for GPU vendor %q (want cuda or rocm)", vendor)
+}
+
+// DevicePtr is a device address of the vendor's runtime.
+type DevicePtr = gpu.DevicePtr
+
 // ops is what the flow does to a device: the GPU (gpuOps) or a host
 // emulation in the tests. Enqueueing methods are ordered on one stream;
 // download waits for that stream.
 type ops interface {
 	rank() int
 	size() int // 1: no collectives
-	alloc(bytes int) (cuda.DevicePtr, error)
-	free(p cuda.DevicePtr) error
-	upload(dst cuda.DevicePtr, src []byte) error
-	download(dst []byte, src cuda.DevicePtr) error
+	alloc(bytes int) (DevicePtr, error)
+	free(p DevicePtr) error
+	upload(dst DevicePtr, src []byte) error
+	download(dst []byte, src DevicePtr) error
 	// gatherRows: dst row i = src row idx[i], idx int32 on the device.
-	gatherRows(dst, src, idx cuda.DevicePtr, rows, rowBytes int) error
+	gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error
 	allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error
 	reduceScatterBF16(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error
 }
@@ -51,12 +64,13 @@ type ops interface {
 type gpuOps struct {
 	dev       *gpu.Device
 	comm      *ncclcomm.Comm
-	stream    cuda.Stream
+	rt        devrt.Runtime
+	stream    gpu.Stream
 	own       bool
-	mod       cuda.Module
-	fn        cuda.Function
+	mod       devrt.Module
+	fn        devrt.Function
 	maxBlocks int
-	args      cuda.Args
+	args      devrt.Args
 }
 
 // newGPUOps opens the flow on comm's device (CP = comm's size) or, with
@@ -64,8 +78,10 @@ type gpuOps struct {
 func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm) (*gpuOps, error) {
 	o := &gpuOps{dev: dev, comm: comm}
 	if comm != nil {
-		o.dev, o.stream = comm.Device(), cuda.Stream(comm.Stream())
+		o.dev, o.stream = comm.Device(), gpu.Stream(comm.Stream())
 	}
+	o.rt = o.dev.Runtime()
+	o.args = o.rt.NewArgs()
 	if err := o.load(); err != nil {
 		return nil, err
 	}
@@ -75,28 +91,29 @@ func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm) (*gpuOps, error) {
 			_ = o.close()
 			return nil, err
 		}
-		o.stream, o.own = cuda.Stream(s), true
+		o.stream, o.own = s, true
 	}
 	o.maxBlocks = max(1, o.dev.Multiprocessors()*2048/blockThreads)
 	return o, nil
 }
 
+// load compiles (NVRTC or hiprtc, through the device's runtime; cached) and
+// loads the row-gather kernel.
 func (o *gpuOps) load() error {
-	major, minor := o.dev.ComputeCapability()
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
-		prog, err := nvrtc.Build(GatherRowsSource, "detcoll_gather_rows.cu", major*10+minor)
+		prog, err := o.rt.Build(GatherRowsSource, "detcoll_gather_rows.cu", o.dev.Props())
 		if err != nil {
 			return fmt.Errorf("gpuattn: compiling the row-gather kernel: %w", err)
 		}
 		last = o.dev.Do(func() error {
-			m, err := cuda.ModuleLoadData(prog.Image)
+			m, err := o.rt.ModuleLoad(prog.Image)
 			if err != nil {
 				return err
 			}
-			f, err := m.Function(kernelGather)
+			f, err := o.rt.ModuleFunction(m, kernelGather)
 			if err != nil {
-				_ = m.Unload()
+				_ = o.rt.ModuleUnload(m)
 				return err
 			}
 			o.mod, o.fn = m, f
@@ -105,10 +122,10 @@ func (o *gpuOps) load() error {
 		if last == nil {
 			return nil
 		}
-		if prog.From == "compiled" {
+		if prog.Compiled {
 			break
 		}
-		nvrtc.Invalidate(prog.Key)
+		o.rt.Invalidate(prog.Key)
 	}
 	return fmt.Errorf("gpuattn: loading the row-gather kernel: %w", last)
 }
@@ -116,16 +133,16 @@ func (o *gpuOps) load() error {
 func (o *gpuOps) close() error {
 	var first error
 	if o.own && o.stream != 0 {
-		if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil && first == nil {
+		if err := o.dev.Synchronize(o.stream); err != nil && first == nil {
 			first = err
 		}
-		if err := o.dev.DestroyStream(gpu.Stream(o.stream)); err != nil && first == nil {
+		if err := o.dev.DestroyStream(o.stream); err != nil && first == nil {
 			first = err
 		}
 		o.stream = 0
 	}
 	if o.mod != 0 {
-		if err := o.dev.Do(func() error { return o.mod.Unload() }); err != nil && first == nil {
+		if err := o.dev.Do(func() error { return o.rt.ModuleUnload(o.mod) }); err != nil && first == nil {
 			first = err
 		}
 		o.mod = 0
@@ -147,26 +164,26 @@ func (o *gpuOps) size() int {
 	return o.comm.Size()
 }
 
-func (o *gpuOps) alloc(n int) (cuda.DevicePtr, error) { return o.dev.Alloc(n) }
-func (o *gpuOps) free(p cuda.DevicePtr) error         { return o.dev.Free(p) }
+func (o *gpuOps) alloc(n int) (DevicePtr, error) { return o.dev.Alloc(n) }
+func (o *gpuOps) free(p DevicePtr) error         { return o.dev.Free(p) }
 
 // upload waits for the stream first (the buffer may be in use by enqueued
 // work), then copies synchronously.
-func (o *gpuOps) upload(dst cuda.DevicePtr, src []byte) error {
-	if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil {
+func (o *gpuOps) upload(dst DevicePtr, src []byte) error {
+	if err := o.dev.Synchronize(o.stream); err != nil {
 		return err
 	}
 	return o.dev.CopyHtoD(dst, src)
 }
 
-func (o *gpuOps) download(dst []byte, src cuda.DevicePtr) error {
-	if err := o.dev.Synchronize(gpu.Stream(o.stream)); err != nil {
+func (o *gpuOps) download(dst []byte, src DevicePtr) error {
+	if err := o.dev.Synchronize(o.stream); err != nil {
 		return err
 	}
 	return o.dev.CopyDtoH(dst, src)
 }
 
-func (o *gpuOps) gatherRows(dst, src, idx cuda.DevicePtr, rows, rowBytes int) error {
+func (o *gpuOps) gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error {
 	total := rows * rowBytes
 	if total == 0 {
 		return nil
@@ -175,7 +192,7 @@ func (o *gpuOps) gatherRows(dst, src, idx cuda.DevicePtr, rows, rowBytes int) er
 	o.args.Reset()
 	o.args.Ptr(dst).Ptr(src).Ptr(idx).I64(int64(rows)).I64(int64(rowBytes))
 	return o.dev.Do(func() error {
-		return cuda.LaunchKernel(o.fn, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: blockThreads, Y: 1, Z: 1}, 0, o.stream, &o.args)
+		return o.rt.Launch(o.fn, devrt.Dim3{X: uint32(grid), Y: 1, Z: 1}, devrt.Dim3{X: blockThreads, Y: 1, Z: 1}, 0, o.stream, o.args)
 	})
 }
 
@@ -265,7 +282,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 		return nil, err
 	}
 
-	var allocs []cuda.DevicePtr
+	var allocs []DevicePtr
 	defer func() {
 		// download (or the last upload) has waited for the stream.
 		for _, p := range allocs {
@@ -274,29 +291,29 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 			}
 		}
 	}()
-	alloc := func(bytes int) (cuda.DevicePtr, error) {
+	alloc := func(bytes int) (DevicePtr, error) {
 		p, err := o.alloc(bytes)
 		if err == nil {
 			allocs = append(allocs, p)
 		}
 		return p, err
 	}
-	put := func(src []byte) (cuda.DevicePtr, error) {
+	put := func(src []byte) (DevicePtr, error) {
 		p, err := alloc(len(src))
 		if err == nil {
 			err = o.upload(p, src)
 		}
 		return p, err
 	}
-	get := func(p cuda.DevicePtr, bytes int) ([]byte, error) {
+	get := func(p DevicePtr, bytes int) ([]byte, error) {
 		b := make([]byte, bytes)
 		return b, o.download(b, p)
 	}
 
 	// This rank's shard and the index tables on the device.
-	var q, k, v, pos, dout, dInv, dOrder, dMine cuda.DevicePtr
+	var q, k, v, pos, dout, dInv, dOrder, dMine DevicePtr
 	for _, x := range []struct {
-		p   *cuda.DevicePtr
+		p   *DevicePtr
 		src []byte
 	}{{&q, in.Q}, {&k, in.K}, {&v, in.V}, {&pos, int32Bytes(in.Pos)}, {&dout, in.DOut},
 		{&dInv, int32Bytes(inv)}, {&dOrder, int32Bytes(order)}, {&dMine, int32Bytes(mine)}} {
@@ -309,7 +326,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 	// then zigzag → sequence order.
 	gq, gk, gv, gpos := q, k, v, pos
 	if w > 1 {
-		for _, p := range []*cuda.DevicePtr{&gq, &gk, &gv} {
+		for _, p := range []*DevicePtr{&gq, &gk, &gv} {
 			if *p, err = alloc(n * rowB); err != nil {
 				return nil, err
 			}
@@ -323,10 +340,10 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 			return nil, fmt.Errorf("gpuattn: CP all-gather of Q, K, V and positions: %w", err)
 		}
 	}
-	var lq, lk, lv, lpos cuda.DevicePtr
+	var lq, lk, lv, lpos DevicePtr
 	for _, x := range []struct {
-		dst      *cuda.DevicePtr
-		src      cuda.DevicePtr
+		dst      *DevicePtr
+		src      DevicePtr
 		rowBytes int
 	}{{&lq, gq, rowB}, {&lk, gk, rowB}, {&lv, gv, rowB}, {&lpos, gpos, 4}} {
 		if *x.dst, err = alloc(n * x.rowBytes); err != nil {
@@ -338,7 +355,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 	}
 
 	// The core on the host, over the whole sequence (the same on every rank).
-	mat := func(p cuda.DevicePtr) (*parallel.Matrix, error) {
+	mat := func(p DevicePtr) (*parallel.Matrix, error) {
 		b, err := get(p, n*rowB)
 		if err != nil {
 			return nil, err
@@ -432,7 +449,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 	// Delivery of the root's gradients: at CP = 1 this rank's rows; at CP = W
 	// one three-lane reduce-scatter, the root's gradients in the ranks'
 	// rank-ordered zigzag blocks, every other rank -0.
-	grads := make([]cuda.DevicePtr, 3)
+	grads := make([]DevicePtr, 3)
 	for i := range grads {
 		if grads[i], err = alloc(shardB); err != nil {
 			return nil, err
@@ -452,7 +469,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 		sends := make([]ncclcomm.Buffer, 3)
 		recvs := make([]ncclcomm.Buffer, 3)
 		for i, m := range []*parallel.Matrix{dQ, dK, dV} {
-			var send cuda.DevicePtr
+			var send DevicePtr
 			if rank == 0 {
 				full, err := put(m.Bytes())
 				if err != nil {

@@ -3,6 +3,7 @@ package gpuattn
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu/ncclcomm"
-	"github.com/detcoll/detcoll/internal/cuda"
+	"github.com/detcoll/detcoll/parallel"
 )
 
 // hostOps emulates a device on the host: fake addresses over Go slices,
@@ -18,12 +19,12 @@ import (
 // (nil at CP = 1).
 type hostOps struct {
 	comm *detcoll.Comm
-	next cuda.DevicePtr
-	mem  map[cuda.DevicePtr][]byte
+	next DevicePtr
+	mem  map[DevicePtr][]byte
 }
 
 func newHostOps(c *detcoll.Comm) *hostOps {
-	return &hostOps{comm: c, next: 1 << 20, mem: map[cuda.DevicePtr][]byte{}}
+	return &hostOps{comm: c, next: 1 << 20, mem: map[DevicePtr][]byte{}}
 }
 
 func (o *hostOps) rank() int {
@@ -40,14 +41,14 @@ func (o *hostOps) size() int {
 	return o.comm.Size()
 }
 
-func (o *hostOps) alloc(n int) (cuda.DevicePtr, error) {
+func (o *hostOps) alloc(n int) (DevicePtr, error) {
 	p := o.next
-	o.next += cuda.DevicePtr((n+255)/256*256 + 256)
+	o.next += DevicePtr((n+255)/256*256 + 256)
 	o.mem[p] = make([]byte, n)
 	return p, nil
 }
 
-func (o *hostOps) free(p cuda.DevicePtr) error {
+func (o *hostOps) free(p DevicePtr) error {
 	if _, ok := o.mem[p]; !ok {
 		return fmt.Errorf("free of %#x, not an allocation", p)
 	}
@@ -56,7 +57,7 @@ func (o *hostOps) free(p cuda.DevicePtr) error {
 }
 
 // at is n bytes at p, inside one allocation.
-func (o *hostOps) at(p cuda.DevicePtr, n int) ([]byte, error) {
+func (o *hostOps) at(p DevicePtr, n int) ([]byte, error) {
 	for base, b := range o.mem {
 		if p >= base && int(p-base)+n <= len(b) {
 			return b[p-base : int(p-base)+n], nil
@@ -65,7 +66,7 @@ func (o *hostOps) at(p cuda.DevicePtr, n int) ([]byte, error) {
 	return nil, fmt.Errorf("%d bytes at %#x are outside every allocation", n, p)
 }
 
-func (o *hostOps) upload(dst cuda.DevicePtr, src []byte) error {
+func (o *hostOps) upload(dst DevicePtr, src []byte) error {
 	b, err := o.at(dst, len(src))
 	if err == nil {
 		copy(b, src)
@@ -73,7 +74,7 @@ func (o *hostOps) upload(dst cuda.DevicePtr, src []byte) error {
 	return err
 }
 
-func (o *hostOps) download(dst []byte, src cuda.DevicePtr) error {
+func (o *hostOps) download(dst []byte, src DevicePtr) error {
 	b, err := o.at(src, len(dst))
 	if err == nil {
 		copy(dst, b)
@@ -81,7 +82,7 @@ func (o *hostOps) download(dst []byte, src cuda.DevicePtr) error {
 	return err
 }
 
-func (o *hostOps) gatherRows(dst, src, idx cuda.DevicePtr, rows, rowBytes int) error {
+func (o *hostOps) gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error {
 	d, err := o.at(dst, rows*rowBytes)
 	if err != nil {
 		return err
@@ -172,10 +173,16 @@ func (r *emuT) Fatalf(format string, args ...any) {
 }
 
 // TestEmulatedCP runs the whole flow (the same code as the GPU test, with
-// host ops and in-process host collectives) at CP = 2 and 4.
+// host ops and in-process host collectives) at CP = 2 (named as on CUDA,
+// cuda_ag_rs) and 4 (named as on ROCm, rccl_ag_rs: the host reference then
+// runs rccl_ag_rs on DeviceHost, and the report carries the name).
 func TestEmulatedCP(t *testing.T) {
-	for _, w := range []int{2, 4} {
-		t.Run(fmt.Sprintf("cp%d", w), func(t *testing.T) {
+	for w, vendor := range map[int]string{2: "cuda", 4: "rocm"} {
+		backend, err := BackendName(vendor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(fmt.Sprintf("cp%d-%s", w, backend), func(t *testing.T) {
 			comms, err := detcoll.NewInProc(w, detcoll.WithTimeout(2*time.Minute))
 			if err != nil {
 				t.Fatal(err)
@@ -202,13 +209,16 @@ func TestEmulatedCP(t *testing.T) {
 							}
 						}
 					}()
-					env := &testEnv{host: comms[r], w: w, rank: r, device: "host emulation",
+					env := &testEnv{host: comms[r], w: w, rank: r, device: "host emulation", backend: backend,
 						cpW: func() (ops, func() error, error) { return newHostOps(comms[r]), func() error { return nil }, nil },
 						cp1: func() (ops, func() error, error) { return newHostOps(nil), func() error { return nil }, nil },
 					}
 					rep := runAll(ctx, ts[r], env, "TestEmulatedCP", dir, nil, "emulated")
 					if !rep.Bitwise {
 						ts[r].Errorf("not bitwise")
+					}
+					if rep.Backend != string(backend) || !strings.Contains(rep.markdown(), string(backend)+" attention") {
+						ts[r].Errorf("report names backend %q, want %q", rep.Backend, backend)
 					}
 				}(r)
 			}
@@ -219,6 +229,25 @@ func TestEmulatedCP(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The ag_rs backend is named after the collective library of the device's
+// vendor, as package parallel names the host path.
+func TestBackendName(t *testing.T) {
+	for vendor, want := range map[string]parallel.Backend{"cuda": parallel.CUDAAgRs, "rocm": parallel.RCCLAgRs} {
+		got, err := BackendName(vendor)
+		if err != nil || got != want {
+			t.Errorf("BackendName(%q) = %q, %v; want %q", vendor, got, err, want)
+		}
+		if !got.NeedsGPU() {
+			t.Errorf("%s: parallel does not treat it as a GPU backend", got)
+		}
+	}
+	for _, bad := range []string{"", "opencl", "CUDA"} {
+		if got, err := BackendName(bad); err == nil {
+			t.Errorf("BackendName(%q) = %q, want an error", bad, got)
+		}
 	}
 }
 

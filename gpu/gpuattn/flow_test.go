@@ -35,6 +35,7 @@ type testEnv struct {
 	host    *detcoll.Comm
 	w, rank int
 	device  string
+	backend parallel.Backend                  // the ag_rs name of the device path ("" = cuda_ag_rs)
 	cpW     func() (ops, func() error, error) // CP = W over the job
 	cp1     func() (ops, func() error, error) // CP = 1, this rank alone
 }
@@ -164,11 +165,15 @@ func runOn(ctx context.Context, open func() (ops, func() error, error), in Input
 	return res, err
 }
 
-// hostReference runs package parallel's host attention: cuda_ag_rs on
-// DeviceHost over the host communicator (CP = W shards), or local_debug
-// (host nil, the whole sequence).
-func hostReference(ctx context.Context, host *detcoll.Comm, q, k, v, dout *parallel.Matrix, pos []int32, c attnCase, scale float32) ([][]byte, error) {
-	cfg := parallel.AttentionConfig{Backend: parallel.CUDAAgRs, Device: parallel.DeviceHost, DType: dtype.BF16, Heads: c.Heads, HeadDim: c.HeadDim, Scale: scale}
+// hostReference runs package parallel's host attention: the device path's
+// ag_rs backend name (cuda_ag_rs or rccl_ag_rs) on DeviceHost over the host
+// communicator (CP = W shards), or local_debug (host nil, the whole
+// sequence).
+func hostReference(ctx context.Context, host *detcoll.Comm, backend parallel.Backend, q, k, v, dout *parallel.Matrix, pos []int32, c attnCase, scale float32) ([][]byte, error) {
+	if backend == "" {
+		backend = parallel.CUDAAgRs
+	}
+	cfg := parallel.AttentionConfig{Backend: backend, Device: parallel.DeviceHost, DType: dtype.BF16, Heads: c.Heads, HeadDim: c.HeadDim, Scale: scale}
 	if host == nil {
 		cfg.Backend = parallel.LocalDebug
 	}
@@ -292,11 +297,11 @@ func checkCase(ctx context.Context, t tlog, env *testEnv, c attnCase) caseReport
 		m, _ := parallel.MatrixFromBytes(dtype.BF16, rows, width, b)
 		return m
 	}
-	hostW, err := hostReference(ctx, env.host, mat(inW.Q, per), mat(inW.K, per), mat(inW.V, per), mat(inW.DOut, per), myPos, c, scale)
+	hostW, err := hostReference(ctx, env.host, env.backend, mat(inW.Q, per), mat(inW.K, per), mat(inW.V, per), mat(inW.DOut, per), myPos, c, scale)
 	if err := agree(ctx, env.host, c.Name+": host parallel CP = W", err); err != nil {
 		t.Fatalf("%v", err)
 	}
-	host1, err := hostReference(ctx, nil, q, k, v, dout, pos, c, scale)
+	host1, err := hostReference(ctx, nil, "", q, k, v, dout, pos, c, scale)
 	if err := agree(ctx, env.host, c.Name+": host parallel local_debug", err); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -344,6 +349,7 @@ func checkCase(ctx context.Context, t tlog, env *testEnv, c attnCase) caseReport
 type report struct {
 	Test      string            `json:"test"`
 	CP        int               `json:"cp"`
+	Backend   string            `json:"backend,omitempty"` // cuda_ag_rs or rccl_ag_rs
 	Versions  map[string]string `json:"versions,omitempty"`
 	Cases     []caseReport      `json:"cases"`
 	Bitwise   bool              `json:"bitwise"`
@@ -352,7 +358,11 @@ type report struct {
 
 func (r report) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# gpuattn: CP = %d ag_rs attention communication vs CP = 1\n\n", r.CP)
+	name := r.Backend
+	if name == "" {
+		name = "ag_rs"
+	}
+	fmt.Fprintf(&b, "# gpuattn: CP = %d %s attention communication vs CP = 1\n\n", r.CP, name)
 	fmt.Fprintf(&b, "%s. bf16; the core runs on the host (parallel.AttentionCore); the device path is the all-gathers, the reorder kernel, the local shard slice and the -0 reduce-scatter. Cells: differing bytes (0 = bitwise equal).\n\n", r.Timestamp)
 	for k, v := range r.Versions {
 		if v != "" {
@@ -398,7 +408,7 @@ func writeReport(dir string, r report) error {
 
 // runAll runs every case, prints the summary and (rank 0) writes the report.
 func runAll(ctx context.Context, t tlog, env *testEnv, name, outDir string, versions map[string]string, stamp string) report {
-	rep := report{Test: name, CP: env.w, Versions: versions, Bitwise: true, Timestamp: stamp}
+	rep := report{Test: name, CP: env.w, Backend: string(env.backend), Versions: versions, Bitwise: true, Timestamp: stamp}
 	for _, c := range cases(env.w) {
 		cr := checkCase(ctx, t, env, c)
 		rep.Cases = append(rep.Cases, cr)

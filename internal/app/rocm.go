@@ -27,6 +27,7 @@ func init() {
 		return cudabench.NewVendor(ctx, job, "rocm")
 	}
 	DeviceProbes["rocm"] = ROCmAvailable
+	cudabench.Versions["rocm"] = hiprt.Versions
 	JobVerifiers["rocm"] = VerifyROCmJob
 	registerEnv(EnvSection{Kind: "rocm", Key: "rocm", Text: ROCmEnvReport, JSON: func() any { return rocm.Probe() }})
 }

@@ -5,6 +5,9 @@ package app
 import (
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/internal/hip"
 )
 
 func TestROCmRegistered(t *testing.T) {
@@ -16,6 +19,15 @@ func TestROCmRegistered(t *testing.T) {
 	}
 	if _, ok := JobVerifiers["rocm"]; !ok {
 		t.Fatal("no rocm verifier")
+	}
+	// The report's HIP versions. Debian's libamdhip64.so.5 (where installed)
+	// loads without a GPU and answers both calls.
+	if v, ok := cudabench.Versions["rocm"]; !ok {
+		t.Fatal("no rocm versions for the bench report")
+	} else if driver, runtime := v(); hip.Load() == nil && (driver == "" || runtime == "") {
+		t.Errorf("HIP runtime loads, but the report versions are driver %q, runtime %q", driver, runtime)
+	} else {
+		t.Logf("HIP driver %q, runtime %q", driver, runtime)
 	}
 	found := false
 	for _, k := range GPUKinds() {

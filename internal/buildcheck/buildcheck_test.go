@@ -16,10 +16,10 @@ const module = "github.com/detcoll/detcoll/"
 // The packages that make a build CUDA or ROCm: none of the other kind may
 // be in the dependency graph of a single-vendor build.
 var (
-	// gpu, gpu/devrt, gpu/ncclcomm and gpu/cudabench are vendor-neutral
-	// (they run on whichever gpu/devrt runtime the binary links).
+	// neutralPackages (TestNeutral) run on whichever gpu/devrt runtime the
+	// binary links.
 	cudaPackages = []string{"internal/cuda", "internal/nvrtc", "internal/nccl", "internal/cublas",
-		"gpu/devrt/cudart", "gpu/gpuffn", "gpu/gpuattn"}
+		"gpu/devrt/cudart", "gpu/gpuffn"}
 	rocmPackages = []string{"internal/hip", "internal/hiprtc", "internal/rccl", "gpu/devrt/hiprt", "gpu/rocm"}
 	// Strings only the vendor bindings contain: library names and entry points.
 	cudaStrings = []string{"libcuda.so", "libnvrtc.so", "libnccl.so", "libcublas", "cuLaunchKernel", "nvrtcCompileProgram"}
@@ -29,6 +29,9 @@ var (
 	cudaWitness = []string{"libcuda.so", "libnvrtc.so", "libnccl.so", "cuLaunchKernel"}
 	rocmWitness = []string{"libamdhip64.so", "librccl.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}
 )
+
+// The vendor-neutral GPU packages: in every build, importing no vendor.
+var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/ncclcomm", "gpu/cudabench", "gpu/gpuattn"}
 
 type config struct {
 	name       string
@@ -123,6 +126,36 @@ func TestDeps(t *testing.T) {
 				t.Error("a build without cgo carries the NCCL/RCCL binding")
 			}
 		})
+	}
+}
+
+// TestNeutral checks that the vendor-neutral GPU packages (not their
+// tests, which link both runtimes) depend on no package of either vendor,
+// in the default cgo build.
+func TestNeutral(t *testing.T) {
+	c := configs[0]
+	requireCgo(t, c)
+	args := []string{"list", "-deps"}
+	for _, p := range neutralPackages {
+		args = append(args, "./"+p)
+	}
+	out, err := command(t, c, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	deps := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		deps[strings.TrimPrefix(p, module)] = true
+	}
+	for _, p := range neutralPackages {
+		if !deps[p] {
+			t.Errorf("go list -deps did not list %s itself", p)
+		}
+	}
+	for _, p := range append(append([]string{}, cudaPackages...), rocmPackages...) {
+		if deps[p] {
+			t.Errorf("a vendor-neutral GPU package (%v) depends on the vendor package %s", neutralPackages, p)
+		}
 	}
 }
 

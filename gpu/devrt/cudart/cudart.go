@@ -29,6 +29,10 @@ type rt struct{}
 func (rt) Vendor() string  { return "cuda" }
 func (rt) CCLName() string { return "NCCL" }
 
+func (rt) CompilerName() string     { return "NVRTC" }
+func (rt) CompilerAvailable() error { return nvrtc.Available() }
+func (rt) CCLAvailable() error      { return nccl.Available() }
+
 func (rt) DriverAvailable() error { return cuda.Available() }
 
 // Available needs the CUDA driver with at least one GPU, NVRTC and NCCL.

@@ -36,6 +36,10 @@ type rt struct{}
 func (rt) Vendor() string  { return "rocm" }
 func (rt) CCLName() string { return "RCCL" }
 
+func (rt) CompilerName() string     { return "hiprtc" }
+func (rt) CompilerAvailable() error { return hiprtc.Available() }
+func (rt) CCLAvailable() error      { return rccl.Available() }
+
 func (rt) DriverAvailable() error { return hip.Available() }
 
 // Available needs the HIP runtime with at least one GPU, hiprtc and RCCL.
@@ -240,3 +244,19 @@ func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
 func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return hip.IpcCloseMemHandle(p) }
 
 func (rt) DeviceUUID(ordinal int) ([16]byte, error) { return uuidOf(hip.Device(ordinal)) }
+
+// Versions is the HIP driver and runtime versions (hipDriverGetVersion,
+// hipRuntimeGetVersion) as "major.minor.patch", for the benchmark report's
+// device info; empty where the runtime does not load or the call fails.
+func Versions() (driver, runtime string) {
+	if err := hip.Load(); err != nil {
+		return "", ""
+	}
+	if v, err := hip.DriverVersion(); err == nil {
+		driver = hip.VersionString(v)
+	}
+	if v, err := hip.RuntimeVersion(); err == nil {
+		runtime = hip.VersionString(v)
+	}
+	return driver, runtime
+}
