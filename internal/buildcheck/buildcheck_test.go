@@ -23,7 +23,7 @@ var (
 	rocmPackages = []string{"internal/hip", "internal/hiprtc", "internal/rccl", "gpu/devrt/hiprt", "gpu/rocm"}
 	// Pure-Go code both vendors' bindings share (docs/architecture.md):
 	// in every build that has a GPU kind, and free of either vendor.
-	neutralPackages = []string{"internal/kparams", "internal/kcache"}
+	neutralPackages = []string{"internal/kparams", "internal/kcache", "internal/probefmt"}
 	// Strings only the vendor bindings contain: library names and entry points.
 	cudaStrings = []string{"libcuda.so", "libnvrtc.so", "libnccl.so", "libcublas", "cuLaunchKernel", "nvrtcCompileProgram"}
 	rocmStrings = []string{"libamdhip64.so", "libhiprtc.so", "librccl.so", "libamd_comgr.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}
