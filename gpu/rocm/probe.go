@@ -3,10 +3,12 @@ package rocm
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/hiprtc"
+	"github.com/detcoll/detcoll/internal/probefmt"
 	"github.com/detcoll/detcoll/internal/rccl"
 )
 
@@ -155,21 +157,9 @@ func probeGPUs(info *Info) {
 		info.GPUs = append(info.GPUs, g)
 	}
 	if n > 1 {
-		info.PeerAccess = make([][]bool, n)
-		for i := range info.PeerAccess {
-			info.PeerAccess[i] = make([]bool, n)
-			for j := 0; j < n; j++ {
-				if i == j {
-					info.PeerAccess[i][j] = true
-					continue
-				}
-				ok, err := hip.Device(i).CanAccessPeer(hip.Device(j))
-				if err != nil {
-					info.Errors = append(info.Errors, err.Error())
-				}
-				info.PeerAccess[i][j] = ok
-			}
-		}
+		var errs []string
+		info.PeerAccess, errs = probefmt.PeerAccess(n, func(i, j int) (bool, error) { return hip.Device(i).CanAccessPeer(hip.Device(j)) })
+		info.Errors = append(info.Errors, errs...)
 	}
 }
 
@@ -177,29 +167,23 @@ func probeGPUs(info *Info) {
 func (i Info) String() string {
 	var b strings.Builder
 	line := func(k, v, lib, e string) {
-		switch {
-		case v != "" && lib != "":
-			fmt.Fprintf(&b, "%-14s %s (%s)\n", k, v, lib)
-		case v != "":
-			fmt.Fprintf(&b, "%-14s %s\n", k, v)
-		case e != "":
-			fmt.Fprintf(&b, "%-14s unavailable: %s\n", k, e)
-		default:
-			fmt.Fprintf(&b, "%-14s unknown\n", k)
+		if v != "" && lib != "" {
+			v += " (" + lib + ")"
 		}
+		probefmt.Line(&b, k, v, e)
 	}
 	hipErr := i.HIPError
 	if i.HIPVersion != "" {
 		line("HIP runtime", i.HIPVersion, i.HIPLibrary, "")
 		if hipErr != "" {
-			fmt.Fprintf(&b, "%-14s %s\n", "", hipErr)
+			probefmt.Field(&b, "", hipErr)
 		}
 	} else {
 		line("HIP runtime", "", "", hipErr)
 	}
 	line("hiprtc", i.HiprtcVersion, i.HiprtcLibrary, i.HiprtcError)
 	if len(i.HiprtcTargets) > 0 {
-		fmt.Fprintf(&b, "%-14s %s\n", "hiprtc targets", strings.Join(i.HiprtcTargets, " "))
+		probefmt.Field(&b, "hiprtc targets", strings.Join(i.HiprtcTargets, " "))
 	}
 	line("RCCL", i.RCCLVersion, i.RCCLLibrary, i.RCCLError)
 	if i.HIPVersion != "" {
@@ -207,9 +191,9 @@ func (i Info) String() string {
 		if i.IPC {
 			ipc = "yes (hipIpc*MemHandle, hipIpc*EventHandle)"
 		}
-		fmt.Fprintf(&b, "%-14s %s\n", "HIP IPC calls", ipc)
+		probefmt.Field(&b, "HIP IPC calls", ipc)
 	}
-	fmt.Fprintf(&b, "%-14s %d\n", "AMD GPUs", len(i.GPUs))
+	probefmt.Field(&b, "AMD GPUs", strconv.Itoa(len(i.GPUs)))
 	for _, g := range i.GPUs {
 		fmt.Fprintf(&b, "  %d: %s, %s, wavefront %d, %.1f GiB, %d CUs, %s", g.Ordinal, g.Name, g.GCNArchName, g.WarpSize,
 			float64(g.TotalMemory)/(1<<30), g.ComputeUnits, g.PCIBusID)
@@ -221,22 +205,6 @@ func (i Info) String() string {
 		}
 		b.WriteByte('\n')
 	}
-	if len(i.PeerAccess) > 1 {
-		b.WriteString("peer access:\n")
-		for r, row := range i.PeerAccess {
-			fmt.Fprintf(&b, "  %d:", r)
-			for _, ok := range row {
-				if ok {
-					b.WriteString(" Y")
-				} else {
-					b.WriteString(" .")
-				}
-			}
-			b.WriteByte('\n')
-		}
-	}
-	for _, e := range i.Errors {
-		fmt.Fprintf(&b, "error: %s\n", e)
-	}
+	probefmt.Tail(&b, i.PeerAccess, i.Errors)
 	return b.String()
 }

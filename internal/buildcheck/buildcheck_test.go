@@ -21,6 +21,9 @@ var (
 	cudaPackages = []string{"internal/cuda", "internal/nvrtc", "internal/nccl", "internal/cublas",
 		"gpu/devrt/cudart", "gpu/gpuffn"}
 	rocmPackages = []string{"internal/hip", "internal/hiprtc", "internal/rccl", "gpu/devrt/hiprt", "gpu/rocm"}
+	// Pure-Go code both vendors' bindings share (docs/architecture.md):
+	// in every build that has a GPU kind, and free of either vendor.
+	sharedPackages = []string{"internal/kparams", "internal/kcache", "internal/probefmt"}
 	// Strings only the vendor bindings contain: library names and entry points.
 	cudaStrings = []string{"libcuda.so", "libnvrtc.so", "libnccl.so", "libcublas", "cuLaunchKernel", "nvrtcCompileProgram"}
 	rocmStrings = []string{"libamdhip64.so", "libhiprtc.so", "librccl.so", "libamd_comgr.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}
@@ -122,6 +125,11 @@ func TestDeps(t *testing.T) {
 			}
 			check("CUDA", cudaPackages, c.cuda)
 			check("ROCm", rocmPackages, c.rocm)
+			for _, p := range sharedPackages {
+				if (c.cuda || c.rocm) && !deps[p] {
+					t.Errorf("%s build lacks the shared package %s", c.name, p)
+				}
+			}
 			if !c.cgo && deps["internal/ccl"] {
 				t.Error("a build without cgo carries the NCCL/RCCL binding")
 			}
@@ -155,6 +163,29 @@ func TestNeutral(t *testing.T) {
 	for _, p := range append(append([]string{}, cudaPackages...), rocmPackages...) {
 		if deps[p] {
 			t.Errorf("a vendor-neutral GPU package (%v) depends on the vendor package %s", neutralPackages, p)
+		}
+	}
+}
+
+// TestShared checks that the packages both vendors' bindings share depend
+// on no package of either vendor, so that sharing them cannot carry one
+// vendor into the other's build.
+func TestShared(t *testing.T) {
+	c := config{name: "default", cgo: true}
+	requireCgo(t, c)
+	for _, p := range sharedPackages {
+		out, err := command(t, c, "list", "-deps", "./"+p).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v\n%s", p, err, out)
+		}
+		deps := map[string]bool{}
+		for _, d := range strings.Fields(string(out)) {
+			deps[strings.TrimPrefix(d, module)] = true
+		}
+		for _, v := range append(append([]string{"internal/ccl", "internal/dl", "gpu/devrt"}, cudaPackages...), rocmPackages...) {
+			if deps[v] {
+				t.Errorf("shared package %s depends on %s", p, v)
+			}
 		}
 	}
 }

@@ -11,5 +11,7 @@
 //   - built with CGO_ENABLED=0: neither.
 //
 // The tests check each with `go list -deps` and by building cmd/detcoll
-// and searching the binary for the libraries' names and entry points.
+// and searching the binary for the libraries' names and entry points;
+// TestNeutral checks that the pure-Go packages both bindings share
+// (neutralPackages) import neither vendor.
 package buildcheck

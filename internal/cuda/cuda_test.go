@@ -93,7 +93,7 @@ func TestErrorMapping(t *testing.T) {
 func TestArgsLayout(t *testing.T) {
 	var a Args
 	a.Ptr(0x1122334455667788).I32(-2).I64(7).U32(9).F32(1.5).F64(math.Copysign(0, -1))
-	buf, offs := a.layout()
+	buf, offs := a.Layout()
 	wantOffs := []int32{0, 8, 16, 24, 28, 32}
 	if len(offs) != len(wantOffs) {
 		t.Fatalf("offsets %v", offs)
@@ -114,13 +114,13 @@ func TestArgsLayout(t *testing.T) {
 	}
 	a.Reset()
 	a.I32(1).Raw(make([]byte, 24), 16)
-	_, offs = a.layout()
-	if offs[1] != 16 || a.size != 40 {
-		t.Fatalf("struct alignment: offs %v size %d", offs, a.size)
+	buf, offs = a.Layout()
+	if offs[1] != 16 || len(buf) != 40 {
+		t.Fatalf("struct alignment: offs %v size %d", offs, len(buf))
 	}
 	a.Raw(nil, 3)
-	if a.Err() == nil {
-		t.Fatal("bad alignment accepted")
+	if err := a.Err(); err == nil || !strings.HasPrefix(err.Error(), "cuda: kernel parameter 2: alignment 3") {
+		t.Fatalf("bad alignment: %v", err)
 	}
 	a.Reset()
 	a.Raw(make([]byte, MaxArgBytes+1), 8)

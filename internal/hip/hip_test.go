@@ -125,7 +125,7 @@ func TestVersionString(t *testing.T) {
 func TestArgsLayout(t *testing.T) {
 	var a Args
 	a.Ptr(0x1122334455667788).I32(-2).I64(7).U32(9).F32(1.5).F64(math.Copysign(0, -1))
-	buf, offs := a.layout()
+	buf, offs := a.Layout()
 	wantOffs := []int32{0, 8, 16, 24, 28, 32}
 	for i := range wantOffs {
 		if offs[i] != wantOffs[i] {
@@ -137,11 +137,11 @@ func TestArgsLayout(t *testing.T) {
 	}
 	a.Reset()
 	a.I32(1).Raw(make([]byte, 24), 16)
-	if _, offs = a.layout(); offs[1] != 16 || a.size != 40 {
-		t.Fatalf("struct alignment: offs %v size %d", offs, a.size)
+	if buf, offs = a.Layout(); offs[1] != 16 || len(buf) != 40 {
+		t.Fatalf("struct alignment: offs %v size %d", offs, len(buf))
 	}
-	if a.Raw(nil, 3).Err() == nil {
-		t.Fatal("bad alignment accepted")
+	if err := a.Raw(nil, 3).Err(); err == nil || !strings.HasPrefix(err.Error(), "hip: kernel parameter 2: alignment 3") {
+		t.Fatalf("bad alignment: %v", err)
 	}
 	a.Reset()
 	if a.Raw(make([]byte, MaxArgBytes+1), 8).Err() == nil {

@@ -304,7 +304,7 @@ func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
 	return Result(C.w_funcattr(fn(sFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
 }
 func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
-	buf, offs := a.layout()
+	buf, offs := a.Layout()
 	var pb *C.uchar
 	var po *C.int
 	if len(buf) > 0 {

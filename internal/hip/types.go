@@ -3,10 +3,10 @@ package hip
 import (
 	"errors"
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/kparams"
 )
 
 // Result is a hipError_t.
@@ -237,85 +237,23 @@ const (
 
 // Kernel parameter limits of Args.
 const (
-	MaxArgBytes = 4096
-	MaxArgs     = 64
+	MaxArgBytes = kparams.MaxArgBytes
+	MaxArgs     = kparams.MaxArgs
 )
 
 // Args lays out kernel parameters, one call per parameter of the kernel, in
-// order, each at its natural alignment (the same rules as internal/cuda's
-// Args: the kernels are the same source). The zero value is ready to use;
-// Reset reuses it. LaunchKernel copies the bytes into C memory, so the Args
-// may be reused as soon as it returns.
-type Args struct {
-	buf  [MaxArgBytes]byte
-	offs [MaxArgs]int32
-	n    int
-	size int
-	err  error
-}
+// order, each at its natural alignment: internal/kparams' packer, shared
+// with internal/cuda (the kernels are the same source), with errors that
+// start "hip: ". The zero value is ready to use; Reset reuses it. An Args is
+// about 4.4 KB: keep one per launcher rather than one per launch.
+// LaunchKernel copies the bytes into C memory, so the Args may be reused as
+// soon as it returns.
+type Args = kparams.Args[vendor, DevicePtr]
 
-// Reset empties the parameter list.
-func (a *Args) Reset() { a.n, a.size, a.err = 0, 0, nil }
+// vendor names this binding in Args' errors.
+type vendor struct{}
 
-// Len is the number of parameters.
-func (a *Args) Len() int { return a.n }
-
-// Err is the first layout error (too many or too large parameters).
-func (a *Args) Err() error { return a.err }
-
-// Raw appends one parameter of len(b) bytes at the given alignment (a power
-// of two ≤ 16); used for structs passed by value.
-func (a *Args) Raw(b []byte, align int) *Args {
-	if a.err != nil {
-		return a
-	}
-	if align < 1 || align > 16 || align&(align-1) != 0 {
-		a.err = fmt.Errorf("hip: kernel parameter %d: alignment %d is not a power of two ≤ 16", a.n, align)
-		return a
-	}
-	off := (a.size + align - 1) &^ (align - 1)
-	if a.n >= MaxArgs || off+len(b) > MaxArgBytes {
-		a.err = fmt.Errorf("hip: kernel parameters exceed %d parameters or %d bytes", MaxArgs, MaxArgBytes)
-		return a
-	}
-	copy(a.buf[off:], b)
-	a.offs[a.n] = int32(off)
-	a.n++
-	a.size = off + len(b)
-	return a
-}
-
-func (a *Args) put(v uint64, size int) *Args {
-	var b [8]byte
-	for i := 0; i < size; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
-	return a.Raw(b[:size], size)
-}
-
-// Ptr appends a device pointer (8 bytes).
-func (a *Args) Ptr(p DevicePtr) *Args { return a.put(uint64(p), 8) }
-
-// U64 appends an unsigned 64-bit integer.
-func (a *Args) U64(v uint64) *Args { return a.put(v, 8) }
-
-// I64 appends a signed 64-bit integer (long long).
-func (a *Args) I64(v int64) *Args { return a.put(uint64(v), 8) }
-
-// U32 appends an unsigned 32-bit integer.
-func (a *Args) U32(v uint32) *Args { return a.put(uint64(v), 4) }
-
-// I32 appends a signed 32-bit integer (int).
-func (a *Args) I32(v int32) *Args { return a.put(uint64(uint32(v)), 4) }
-
-// F32 appends a float.
-func (a *Args) F32(v float32) *Args { return a.put(uint64(math.Float32bits(v)), 4) }
-
-// F64 appends a double.
-func (a *Args) F64(v float64) *Args { return a.put(math.Float64bits(v), 8) }
-
-// layout returns the laid-out buffer and offsets.
-func (a *Args) layout() ([]byte, []int32) { return a.buf[:a.size], a.offs[:a.n] }
+func (vendor) Name() string { return "hip" }
 
 // DeviceProps are the hipDeviceProp_t fields detcoll uses.
 type DeviceProps struct {

@@ -1,16 +1,15 @@
 package hiprtc
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 // ErrUnavailable is wrapped by errors meaning "no usable hiprtc here".
@@ -232,30 +231,15 @@ func Options(processor string, extra ...string) ([]string, error) {
 	return opts, nil
 }
 
-// CacheKey is the hex sha256 of everything that determines the image.
+// CacheKey is the hex sha256 of everything that determines the image
+// (kcache.Key over the hiprtc version, the library file and the processor).
 func CacheKey(source string, options []string, hiprtcVersion, library, processor string) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "detcoll-hip-kernel-cache-v1\x00%s\x00%s\x00%s\x00%d\x00", hiprtcVersion, library, processor, len(options))
-	for _, o := range options {
-		fmt.Fprintf(h, "%d:%s\x00", len(o), o)
-	}
-	fmt.Fprintf(h, "%d:", len(source))
-	h.Write([]byte(source))
-	return hex.EncodeToString(h.Sum(nil))
+	return kcache.Key("detcoll-hip-kernel-cache-v1", []string{hiprtcVersion, library, processor}, options, source)
 }
 
 // CacheDir is the disk cache directory: $DETCOLL_CACHE_DIR, else
 // os.UserCacheDir()/detcoll/kernels, else "" (no disk cache).
-func CacheDir() string {
-	if d := os.Getenv(CacheEnv); d != "" {
-		return d
-	}
-	d, err := os.UserCacheDir()
-	if err != nil || d == "" {
-		return ""
-	}
-	return filepath.Join(d, "detcoll", "kernels")
-}
+func CacheDir() string { return kcache.Dir() }
 
 // Program is a compiled code object.
 type Program struct {
@@ -270,8 +254,8 @@ type Program struct {
 }
 
 var (
-	mu       sync.Mutex
-	memCache = map[string]*Program{}
+	mu       sync.Mutex // serialises the compiler
+	memCache kcache.Memory[Program]
 )
 
 // Compile compiles source without any cache or check. name is the program
@@ -326,22 +310,16 @@ func Build(source, name, target string, extra ...string) (*Program, error) {
 	}
 	key := CacheKey(source, opts, ver, filepath.Base(libFile), proc)
 
-	mu.Lock()
-	if p, ok := memCache[key]; ok {
-		mu.Unlock()
-		q := *p
+	if q, ok := memCache.Get(key); ok {
 		q.From = "memory"
-		return &q, nil
+		return q, nil
 	}
-	mu.Unlock()
 
 	p := &Program{Processor: proc, Options: opts, Key: key, Version: ver}
 	path := cachePath(key)
-	if path != "" {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			if obj, err := checkImage(b, proc); err == nil {
-				p.Image, p.Object, p.From = b, obj, "disk"
-			}
+	if b := kcache.Read(path); b != nil {
+		if obj, err := checkImage(b, proc); err == nil {
+			p.Image, p.Object, p.From = b, obj, "disk"
 		}
 	}
 	if p.Image == nil {
@@ -355,14 +333,11 @@ func Build(source, name, target string, extra ...string) (*Program, error) {
 		}
 		p.Image, p.Object, p.Log, p.From = img, obj, log, "compiled"
 		if path != "" {
-			writeAtomic(path, img) // best effort
+			kcache.WriteAtomic(path, img) // best effort
 		}
 	}
-	mu.Lock()
-	memCache[key] = p
-	mu.Unlock()
-	q := *p
-	return &q, nil
+	memCache.Put(key, p)
+	return p, nil
 }
 
 func checkImage(img []byte, proc string) (*CodeObject, error) {
@@ -382,38 +357,8 @@ func checkImage(img []byte, proc string) (*CodeObject, error) {
 // Invalidate forgets a cached image (memory and disk), e.g. after the
 // runtime refused to load it.
 func Invalidate(key string) {
-	mu.Lock()
-	delete(memCache, key)
-	mu.Unlock()
-	if p := cachePath(key); p != "" {
-		_ = os.Remove(p)
-	}
+	memCache.Delete(key)
+	kcache.Remove(key, ".hsaco")
 }
 
-func cachePath(key string) string {
-	d := CacheDir()
-	if d == "" {
-		return ""
-	}
-	return filepath.Join(d, key+".hsaco")
-}
-
-func writeAtomic(path string, b []byte) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
-		_ = os.Remove(f.Name())
-		return
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		_ = os.Remove(f.Name())
-	}
-}
+func cachePath(key string) string { return kcache.Path(key, ".hsaco") }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 func TestSymbolNames(t *testing.T) {
@@ -113,6 +115,16 @@ func TestCacheKey(t *testing.T) {
 			t.Errorf("variant %d has the same key", i)
 		}
 	}
+	// The keys name users' disk cache files: a change invalidates every
+	// cache. These are the keys of the code before internal/kcache.
+	for _, g := range []struct{ got, want string }{
+		{k, "1eab180448ebb58fd604ef71986a48636e85e911f30db74119b69419c3524462"},
+		{CacheKey("k", nil, "", "", "gfx90a"), "61b16f53d4bd026d273aeeda7c57673d7ea74bcc25b3cba49474f9444180aa42"},
+	} {
+		if g.got != g.want {
+			t.Errorf("cache key %s, want %s (the disk cache format changed)", g.got, g.want)
+		}
+	}
 }
 
 func TestCacheFiles(t *testing.T) {
@@ -131,24 +143,19 @@ func TestCacheFiles(t *testing.T) {
 	if filepath.Ext(p) != ".hsaco" {
 		t.Fatalf("path %s", p)
 	}
-	writeAtomic(p, []byte("image"))
+	kcache.WriteAtomic(p, []byte("image"))
 	if b, err := os.ReadFile(p); err != nil || string(b) != "image" {
 		t.Fatalf("read back %q %v", b, err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("leftover files: %v", ents)
 	}
-	mu.Lock()
-	memCache["abc"] = &Program{}
-	mu.Unlock()
+	memCache.Put("abc", &Program{})
 	Invalidate("abc")
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatal("not removed from disk")
 	}
-	mu.Lock()
-	_, ok := memCache["abc"]
-	mu.Unlock()
-	if ok {
+	if _, ok := memCache.Get("abc"); ok {
 		t.Fatal("not removed from memory")
 	}
 }
@@ -282,9 +289,7 @@ func TestBuildHere(t *testing.T) {
 	if p2, err := Build(addSource, "add.hip", "gfx90a"); err != nil || p2.From != "memory" || p2.Key != p.Key {
 		t.Fatalf("second build from %q: %v", p2.From, err)
 	}
-	mu.Lock()
-	delete(memCache, p.Key)
-	mu.Unlock()
+	memCache.Delete(p.Key)
 	if p3, err := Build(addSource, "add.hip", "gfx90a"); err != nil || p3.From != "disk" {
 		t.Fatalf("third build from %q: %v", p3.From, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/detcoll/detcoll/internal/hip"
+	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 // sym indexes symbolNames.
@@ -49,8 +50,9 @@ const LibraryEnv = "DETCOLL_HIPRTC_LIB"
 // ComgrEnv overrides ComgrNames.
 const ComgrEnv = "DETCOLL_COMGR_LIB"
 
-// CacheEnv overrides the disk cache directory (shared with internal/nvrtc).
-const CacheEnv = "DETCOLL_CACHE_DIR"
+// CacheEnv overrides the disk cache directory (internal/kcache, shared with
+// internal/nvrtc).
+const CacheEnv = kcache.Env
 
 // LibraryNames are the hiprtc candidates, newest ROCm first: libhiprtc of
 // ROCm 7 and 6, then ROCm 5's runtime, which exports hiprtc itself; the

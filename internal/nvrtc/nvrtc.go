@@ -1,22 +1,24 @@
 package nvrtc
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 // LibraryEnv overrides LibraryNames.
 const LibraryEnv = "DETCOLL_NVRTC_LIB"
 
-// CacheEnv overrides the disk cache directory.
-const CacheEnv = "DETCOLL_CACHE_DIR"
+// CacheEnv overrides the disk cache directory (internal/kcache, shared
+// with internal/hiprtc).
+const CacheEnv = kcache.Env
 
 // LibraryNames are the candidates, newest first. Absolute paths under
 // $CUDA_HOME (or /usr/local/cuda) follow the plain names because the
@@ -224,34 +226,19 @@ func Options(arch int, cubin bool, extra ...string) ([]string, error) {
 	return opts, nil
 }
 
-// CacheKey is the hex sha256 of everything that determines the image.
+// CacheKey is the hex sha256 of everything that determines the image
+// (kcache.Key over the NVRTC version, the architecture and the image kind).
 func CacheKey(source string, options []string, nvrtcVersion string, arch int, cubin bool) string {
-	h := sha256.New()
 	kind := "ptx"
 	if cubin {
 		kind = "cubin"
 	}
-	fmt.Fprintf(h, "detcoll-kernel-cache-v1\x00%s\x00%d\x00%s\x00%d\x00", nvrtcVersion, arch, kind, len(options))
-	for _, o := range options {
-		fmt.Fprintf(h, "%d:%s\x00", len(o), o)
-	}
-	fmt.Fprintf(h, "%d:", len(source))
-	h.Write([]byte(source))
-	return hex.EncodeToString(h.Sum(nil))
+	return kcache.Key("detcoll-kernel-cache-v1", []string{nvrtcVersion, strconv.Itoa(arch), kind}, options, source)
 }
 
 // CacheDir is the disk cache directory: $DETCOLL_CACHE_DIR, else
 // os.UserCacheDir()/detcoll/kernels, else "" (no disk cache).
-func CacheDir() string {
-	if d := os.Getenv(CacheEnv); d != "" {
-		return d
-	}
-	d, err := os.UserCacheDir()
-	if err != nil || d == "" {
-		return ""
-	}
-	return filepath.Join(d, "detcoll", "kernels")
-}
+func CacheDir() string { return kcache.Dir() }
 
 // Program is a compiled image.
 type Program struct {
@@ -266,8 +253,8 @@ type Program struct {
 }
 
 var (
-	mu       sync.Mutex
-	memCache = map[string]*Program{}
+	mu       sync.Mutex // serialises the compiler
+	memCache kcache.Memory[Program]
 )
 
 // Compile compiles source without any cache. name is the program name used
@@ -303,21 +290,15 @@ func Build(source, name string, cc int, extra ...string) (*Program, error) {
 	ver := VersionString()
 	key := CacheKey(source, opts, ver, arch, cubin)
 
-	mu.Lock()
-	if p, ok := memCache[key]; ok {
-		mu.Unlock()
-		q := *p
+	if q, ok := memCache.Get(key); ok {
 		q.From = "memory"
-		return &q, nil
+		return q, nil
 	}
-	mu.Unlock()
 
 	p := &Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
 	path := cachePath(key, cubin)
-	if path != "" {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			p.Image, p.From = b, "disk"
-		}
+	if b := kcache.Read(path); b != nil {
+		p.Image, p.From = b, "disk"
 	}
 	if p.Image == nil {
 		img, log, err := Compile(source, name, opts, cubin)
@@ -326,57 +307,23 @@ func Build(source, name string, cc int, extra ...string) (*Program, error) {
 		}
 		p.Image, p.Log, p.From = img, log, "compiled"
 		if path != "" {
-			writeAtomic(path, img) // best effort
+			kcache.WriteAtomic(path, img) // best effort
 		}
 	}
-	mu.Lock()
-	memCache[key] = p
-	mu.Unlock()
-	q := *p
-	return &q, nil
+	memCache.Put(key, p)
+	return p, nil
 }
 
 // Invalidate forgets a cached image (memory and disk), e.g. after the driver
 // refused to load it.
 func Invalidate(key string) {
-	mu.Lock()
-	delete(memCache, key)
-	mu.Unlock()
-	for _, cubin := range []bool{true, false} {
-		if p := cachePath(key, cubin); p != "" {
-			_ = os.Remove(p)
-		}
-	}
+	memCache.Delete(key)
+	kcache.Remove(key, ".cubin", ".ptx")
 }
 
 func cachePath(key string, cubin bool) string {
-	d := CacheDir()
-	if d == "" {
-		return ""
-	}
-	ext := ".ptx"
 	if cubin {
-		ext = ".cubin"
+		return kcache.Path(key, ".cubin")
 	}
-	return filepath.Join(d, key+ext)
-}
-
-func writeAtomic(path string, b []byte) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return
-	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
-		_ = os.Remove(f.Name())
-		return
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		_ = os.Remove(f.Name())
-	}
+	return kcache.Path(key, ".ptx")
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 func TestSymbolNames(t *testing.T) {
@@ -100,6 +102,16 @@ func TestCacheKey(t *testing.T) {
 			t.Errorf("variant %d has the same key", i)
 		}
 	}
+	// The keys name users' disk cache files: a change invalidates every
+	// cache. These are the keys of the code before internal/kcache.
+	for _, g := range []struct{ got, want string }{
+		{k, "05b90b14984431fa330fd6cc845531ac623376436d844fc7b293264256a1cb2d"},
+		{CacheKey("k", nil, "12.8", 80, false), "b607ee912b17fe69161632e9ae5d8ebc3e49ea3fe1a526345fbaa562e9190bc0"},
+	} {
+		if g.got != g.want {
+			t.Errorf("cache key %s, want %s (the disk cache format changed)", g.got, g.want)
+		}
+	}
 }
 
 func TestCacheDir(t *testing.T) {
@@ -118,7 +130,7 @@ func TestWriteAtomicAndInvalidate(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(CacheEnv, dir)
 	p := cachePath("abc", true)
-	writeAtomic(p, []byte("image"))
+	kcache.WriteAtomic(p, []byte("image"))
 	b, err := os.ReadFile(p)
 	if err != nil || string(b) != "image" {
 		t.Fatalf("read back %q %v", b, err)
@@ -127,12 +139,12 @@ func TestWriteAtomicAndInvalidate(t *testing.T) {
 	if len(ents) != 1 {
 		t.Fatalf("leftover files: %v", ents)
 	}
-	memCache["abc"] = &Program{}
+	memCache.Put("abc", &Program{})
 	Invalidate("abc")
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatal("not removed from disk")
 	}
-	if _, ok := memCache["abc"]; ok {
+	if _, ok := memCache.Get("abc"); ok {
 		t.Fatal("not removed from memory")
 	}
 }

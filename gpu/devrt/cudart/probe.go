@@ -3,11 +3,13 @@ package cudart
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
 	"github.com/detcoll/detcoll/internal/nvrtc"
+	"github.com/detcoll/detcoll/internal/probefmt"
 )
 
 // Info is what Probe found. Empty strings mean "not found"; the *Error
@@ -123,21 +125,9 @@ func probeGPUs(info *Info) {
 		info.GPUs = append(info.GPUs, g)
 	}
 	if n > 0 {
-		info.PeerAccess = make([][]bool, n)
-		for i := range info.PeerAccess {
-			info.PeerAccess[i] = make([]bool, n)
-			for j := 0; j < n; j++ {
-				if i == j {
-					info.PeerAccess[i][j] = true
-					continue
-				}
-				ok, err := devs[i].CanAccessPeer(devs[j])
-				if err != nil {
-					info.Errors = append(info.Errors, err.Error())
-				}
-				info.PeerAccess[i][j] = ok
-			}
-		}
+		var errs []string
+		info.PeerAccess, errs = probefmt.PeerAccess(n, func(i, j int) (bool, error) { return devs[i].CanAccessPeer(devs[j]) })
+		info.Errors = append(info.Errors, errs...)
 	}
 }
 
@@ -185,16 +175,7 @@ func isVersion(w string) bool {
 // String is a human-readable report (for `detcoll env`).
 func (i Info) String() string {
 	var b strings.Builder
-	line := func(k, v, e string) {
-		switch {
-		case v != "":
-			fmt.Fprintf(&b, "%-14s %s\n", k, v)
-		case e != "":
-			fmt.Fprintf(&b, "%-14s unavailable: %s\n", k, e)
-		default:
-			fmt.Fprintf(&b, "%-14s unknown\n", k)
-		}
-	}
+	line := func(k, v, e string) { probefmt.Line(&b, k, v, e) }
 	line("NVIDIA driver", i.DriverVersion, "")
 	cudaV := i.CUDAVersion
 	if cudaV != "" && i.CUDALibrary != "" {
@@ -211,7 +192,7 @@ func (i Info) String() string {
 		nc += " (" + i.NCCLLibrary + ")"
 	}
 	line("NCCL", nc, i.NCCLError)
-	fmt.Fprintf(&b, "%-14s %d\n", "GPUs", len(i.GPUs))
+	probefmt.Field(&b, "GPUs", strconv.Itoa(len(i.GPUs)))
 	for _, g := range i.GPUs {
 		fmt.Fprintf(&b, "  %d: %s, cc %s, %.1f GiB, %d SMs, %s %s", g.Ordinal, g.Name, g.ComputeCapability,
 			float64(g.TotalMemory)/(1<<30), g.Multiprocessors, g.PCIBusID, g.UUID)
@@ -220,22 +201,6 @@ func (i Info) String() string {
 		}
 		b.WriteByte('\n')
 	}
-	if len(i.PeerAccess) > 1 {
-		b.WriteString("peer access:\n")
-		for r, row := range i.PeerAccess {
-			fmt.Fprintf(&b, "  %d:", r)
-			for _, ok := range row {
-				if ok {
-					b.WriteString(" Y")
-				} else {
-					b.WriteString(" .")
-				}
-			}
-			b.WriteByte('\n')
-		}
-	}
-	for _, e := range i.Errors {
-		fmt.Fprintf(&b, "error: %s\n", e)
-	}
+	probefmt.Tail(&b, i.PeerAccess, i.Errors)
 	return b.String()
 }
