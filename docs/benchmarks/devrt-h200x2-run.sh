@@ -26,7 +26,7 @@ done
 L bin/detcoll verify --device cuda > "$OUT/verify.log" 2>&1 || rc=1
 echo "== verify: $(tail -1 "$OUT/verify.log")"
 bin/detcoll env > "$OUT/env.txt" 2>&1
-for mode in eager graph; do
+for mode in ${BENCH_MODES-eager graph}; do
 	flag=""; [ $mode = graph ] && flag=--graph
 	L bin/detcoll bench --device cuda --dtype bf16 --warmup 10 --iterations 50 --samples 5 --algorithms auto,a2a_tree \
 		--size-bytes 4096 65536 1048576 16777216 268435456 $flag --output "$OUT/$mode.json" > "$OUT/$mode.log" 2>&1 || rc=1
