@@ -3,7 +3,7 @@
 package main
 
 // The CUDA device backend: detcollAllReduce, detcollAllGather and
-// detcollReduceScatter on device pointers through package gpu/ncclcomm
+// detcollReduceScatter on device pointers through package gpu/devcomm
 // (NCCL moves the bytes, detcoll's kernels do every addition).
 //
 // Nothing CUDA is linked at build time: the driver, NCCL and NVRTC are
@@ -15,9 +15,9 @@ package main
 // CUDA package (docs/rocm.md).
 //
 // On its first device call, every rank of a communicator creates a
-// gpu/ncclcomm communicator over the same ranks (New: the host communicator
+// gpu/devcomm communicator over the same ranks (New: the host communicator
 // is split for signature checks, and rank 0 publishes NCCL's unique id in
-// the communicator's store under <its prefix>/ncclcomm). The GPU is, in
+// the communicator's store under <its prefix>/devcomm). The GPU is, in
 // order: $DETCOLL_CUDA_DEVICE (an ordinal); for a communicator of
 // detcollCommInitRank, the CUDA device current on the calling thread
 // (cuCtxGetDevice), as ncclCommInitRank takes it; else the local rank
@@ -29,7 +29,7 @@ package main
 // The backend uses the device's primary context, the one the CUDA runtime,
 // PyTorch and NCCL use. One rank of a communicator per process.
 //
-// Calls enqueue on the caller's stream (ncclcomm.OnStream) and return
+// Calls enqueue on the caller's stream (devcomm.OnStream) and return
 // without synchronising, as NCCL's do.
 
 /*
@@ -55,7 +55,7 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/dl"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -64,7 +64,7 @@ import (
 	"github.com/detcoll/detcoll/store"
 
 	// This package is CUDA-only: it links (and registers) the CUDA runtime
-	// of gpu/devrt that gpu.Device and ncclcomm run on.
+	// of gpu/devrt that gpu.Device and devcomm run on.
 	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
@@ -77,8 +77,8 @@ type cudaBackend struct{}
 
 func (cudaBackend) Name() string { return "cuda" }
 
-// Attach creates the communicator's ncclcomm.Comm. It is collective: every
-// rank calls ncclcomm.New even when it already knows it will fail, so that
+// Attach creates the communicator's devcomm.Comm. It is collective: every
+// rank calls devcomm.New even when it already knows it will fail, so that
 // New tells the other ranks and nobody waits for a rank that gave up.
 func (cudaBackend) Attach(c *detcoll.Comm, o *origin) (deviceComm, error) {
 	ctx, cancel, _, err := initContext(cgetenv)
@@ -90,20 +90,20 @@ func (cudaBackend) Attach(c *detcoll.Comm, o *origin) (deviceComm, error) {
 	if err != nil {
 		return nil, err
 	}
-	prefix, acc := "detcoll/ncclcomm/inproc", detcoll.AccumulateNative
+	prefix, acc := "detcoll/devcomm/inproc", detcoll.AccumulateNative
 	if o != nil {
-		prefix, acc = o.prefix+"/ncclcomm", o.acc
+		prefix, acc = o.prefix+"/devcomm", o.acc
 	}
-	opts := []ncclcomm.Option{ncclcomm.WithPrefix(prefix), ncclcomm.WithDefaultAccumulate(acc)}
+	opts := []devcomm.Option{devcomm.WithPrefix(prefix), devcomm.WithDefaultAccumulate(acc)}
 	ord, how, perr := pickDevice(cgetenv, o, job.Env)
 	switch {
 	case perr != nil:
 		// Fail New on purpose (no such GPU), so that the peers learn it.
-		opts = append(opts, ncclcomm.WithDevice(math.MaxInt32))
+		opts = append(opts, devcomm.WithDevice(math.MaxInt32))
 	case ord >= 0:
-		opts = append(opts, ncclcomm.WithDevice(ord))
+		opts = append(opts, devcomm.WithDevice(ord))
 	}
-	nc, err := ncclcomm.New(ctx, job, opts...)
+	nc, err := devcomm.New(ctx, job, opts...)
 	if perr != nil {
 		if nc != nil {
 			nc.Close()
@@ -118,7 +118,7 @@ func (cudaBackend) Attach(c *detcoll.Comm, o *origin) (deviceComm, error) {
 	return &cudaComm{nc: nc, done: done}, nil
 }
 
-// deviceJob is the cluster.Job that ncclcomm.New needs, made of the
+// deviceJob is the cluster.Job that devcomm.New needs, made of the
 // communicator and its origin (the store the ranks met in). A communicator
 // made in process (tests) has no store; a world of one gets a fresh
 // in-memory one. done releases what deviceJob made.
@@ -135,7 +135,7 @@ func deviceJob(c *detcoll.Comm, o *origin) (job *cluster.Job, done func() error,
 }
 
 // pickDevice chooses the GPU (see the file comment): an ordinal, or -1 for
-// ncclcomm's own choice (the local rank), and how it was chosen, for
+// devcomm's own choice (the local rank), and how it was chosen, for
 // messages. A bad $DETCOLL_CUDA_DEVICE, or a current device that is not
 // LOCAL_RANK's GPU, is an error.
 func pickDevice(getenv func(string) string, o *origin, env launch.Env) (int, string, error) {
@@ -159,9 +159,9 @@ func pickDevice(getenv func(string) string, o *origin, env launch.Env) (int, str
 	return ord, how, nil
 }
 
-// localDevice is ncclcomm's default choice for env's local rank: that
+// localDevice is devcomm's default choice for env's local rank: that
 // ordinal, or 0 when a single GPU is visible (CUDA_VISIBLE_DEVICES per
-// rank); -1 when neither applies (ncclcomm then reports it).
+// rank); -1 when neither applies (devcomm then reports it).
 func localDevice(env launch.Env) (int, string) {
 	how := fmt.Sprintf("local rank %d", env.LocalRank)
 	n, err := cuda.DeviceCount()
@@ -208,7 +208,7 @@ func currentCUDADevice() (int, bool) {
 	return int(d), true
 }
 
-// attachError classifies a failed ncclcomm.New: a missing run-time library
+// attachError classifies a failed devcomm.New: a missing run-time library
 // is detcollUnsupported.
 func attachError(err error, how string) error {
 	const host = "; for host memory use the detcollHost* calls"
@@ -230,30 +230,30 @@ func attachError(err error, how string) error {
 
 // cudaComm is one communicator's device state.
 type cudaComm struct {
-	nc   *ncclcomm.Comm
+	nc   *devcomm.Comm
 	done func() error
 }
 
-func devBuf(p uintptr, n int) ncclcomm.Buffer {
-	return ncclcomm.Buffer{Ptr: ncclcomm.DevicePtr(p), Bytes: n}
+func devBuf(p uintptr, n int) devcomm.Buffer {
+	return devcomm.Buffer{Ptr: devcomm.DevicePtr(p), Bytes: n}
 }
 
 func (d *cudaComm) AllReduce(send, recv uintptr, count int, dt detcoll.DType, stream uintptr) error {
 	n := count * dt.Size()
 	return deviceError(d.nc.AllReduce(context.Background(), devBuf(send, n), devBuf(recv, n), count, dt,
-		ncclcomm.OnStream(ncclcomm.Stream(stream))))
+		devcomm.OnStream(devcomm.Stream(stream))))
 }
 
 func (d *cudaComm) AllGather(send, recv uintptr, sendcount int, dt detcoll.DType, stream uintptr) error {
 	n := sendcount * dt.Size()
 	return deviceError(d.nc.AllGather(context.Background(), devBuf(send, n), devBuf(recv, n*d.nc.Size()), sendcount, dt,
-		ncclcomm.OnStream(ncclcomm.Stream(stream))))
+		devcomm.OnStream(devcomm.Stream(stream))))
 }
 
 func (d *cudaComm) ReduceScatter(send, recv uintptr, recvcount int, dt detcoll.DType, stream uintptr) error {
 	n := recvcount * dt.Size()
 	return deviceError(d.nc.ReduceScatter(context.Background(), devBuf(send, n*d.nc.Size()), devBuf(recv, n), recvcount, dt,
-		ncclcomm.OnStream(ncclcomm.Stream(stream))))
+		devcomm.OnStream(devcomm.Stream(stream))))
 }
 
 func (d *cudaComm) Close() error {
@@ -267,7 +267,7 @@ type cudaError struct{ err error }
 func (e cudaError) Error() string   { return e.err.Error() }
 func (e cudaError) Unwrap() []error { return []error{errDevice, e.err} }
 
-// deviceError classifies an error of ncclcomm: argument errors, mismatches
+// deviceError classifies an error of devcomm: argument errors, mismatches
 // and closed communicators keep their class; CUDA and NCCL failures (also
 // when they poisoned the communicator earlier) are device errors; the rest
 // (the host communicator's) keep theirs.

@@ -154,7 +154,7 @@ func TestPickDevice(t *testing.T) {
 		t.Fatalf("explicit device: %d %q %v", ord, how, err)
 	}
 	if cuda.Available() != nil {
-		// No driver: no current device, no device count; ncclcomm decides
+		// No driver: no current device, no device count; devcomm decides
 		// (and reports the missing driver).
 		if ord, _, err := pickDevice(noEnv, nil, env); err != nil || ord != -1 {
 			t.Fatalf("no driver: %d %v", ord, err)

@@ -58,12 +58,12 @@
 // Device pointers and streams arrive as uintptr_t and stay integers in Go
 // (cuda.DevicePtr, cuda.Stream). See device.go for the interface. The CUDA
 // backend (device_cuda.go, in every cgo build unless -tags
-// detcoll_nodevice) makes a gpu/ncclcomm communicator on a communicator's
+// detcoll_nodevice) makes a gpu/devcomm communicator on a communicator's
 // first device call, from the communicator and how it was made (its origin:
 // store, launch environment, store prefix, accumulate mode), and enqueues
-// every call on the caller's stream (ncclcomm.OnStream) without
+// every call on the caller's stream (devcomm.OnStream) without
 // synchronising. Where the CUDA driver, NCCL or NVRTC cannot be loaded the
-// attach fails, on every rank alike (ncclcomm.New is collective and is
+// attach fails, on every rank alike (devcomm.New is collective and is
 // always called), with detcollUnsupported naming the missing library.
 //
 // The header is the single source of the C types and constants: results.go

@@ -11,7 +11,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/internal/app"
+	"github.com/detcoll/detcoll/cmd/detcoll/internal/app"
 	"github.com/detcoll/detcoll/reduce"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/detcoll/detcoll"
-	"github.com/detcoll/detcoll/internal/app"
+	"github.com/detcoll/detcoll/cmd/detcoll/internal/app"
 	"github.com/detcoll/detcoll/launch"
 )
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run of package gpu/gpuattn: the context-parallel ag_rs attention
-# communication with device buffers (ncclcomm AllGatherMany of the zigzag Q,
+# communication with device buffers (devcomm AllGatherMany of the zigzag Q,
 # K, V and position shards, the NVRTC reorder kernel, the local shard of the
 # output, the all-gather of the output gradient and the -0 ReduceScatterMany
 # of dQ, dK, dV; the attention core on the host) at CP = 2 on the two-H200

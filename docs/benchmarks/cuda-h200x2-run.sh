@@ -5,7 +5,7 @@
 # machine, with bin/ built on the CPU machine:
 #
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
-#   CGO_ENABLED=1 go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
+#   CGO_ENABLED=1 go test -c -o bin/devcomm.test ./gpu/devcomm
 #
 # Outputs go to $OUT (default ./out); TAR=1 keeps the reports and plots and
 # packs everything else into logs.tar.gz. STEPS picks the steps (default
@@ -31,7 +31,7 @@ fi
 
 if step tests; then
 	start=$SECONDS
-	L bin/ncclcomm.test -test.run GPU -test.v -test.timeout 400s > "$OUT/tests.log" 2>&1
+	L bin/devcomm.test -test.run GPU -test.v -test.timeout 400s > "$OUT/tests.log" 2>&1
 	t=$?; [ $t -ne 0 ] && rc=1
 	echo "== tests (2 ranks): exit $t in $((SECONDS-start)) s; $(grep -c -- '--- PASS' "$OUT/tests.log") passed, $(grep -c -- '--- FAIL' "$OUT/tests.log") failed, $(grep -c -- '--- SKIP' "$OUT/tests.log") skipped"
 	grep -E -- '--- (FAIL|SKIP)|panic|checks, [0-9]+ failed' "$OUT/tests.log" | head -20

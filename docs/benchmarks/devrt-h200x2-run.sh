@@ -7,7 +7,7 @@
 #
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
 #   go test -c -o bin/gpu.test ./gpu
-#   for p in ncclcomm gpuffn gpuattn; do CGO_ENABLED=1 go test -c -o bin/$p.test ./gpu/$p; done
+#   for p in devcomm gpuffn gpuattn; do CGO_ENABLED=1 go test -c -o bin/$p.test ./gpu/$p; done
 set -u -o pipefail
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
@@ -18,7 +18,7 @@ count() { echo "$(grep -c -- '--- PASS' "$1") passed, $(grep -c -- '--- FAIL' "$
 { date -u; nvidia-smi -L; } > "$OUT/machine.txt" 2>&1
 bin/gpu.test -test.run GPU -test.v -test.timeout 300s > "$OUT/tests-gpu.log" 2>&1 || rc=1
 echo "== gpu (one process): $(count "$OUT/tests-gpu.log")"
-for p in ncclcomm gpuffn gpuattn; do
+for p in devcomm gpuffn gpuattn; do
 	L bin/$p.test -test.run GPU -test.v -test.timeout 400s > "$OUT/tests-$p.log" 2>&1 || rc=1
 	echo "== $p (2 ranks): $(count "$OUT/tests-$p.log")"
 	grep -E -- '--- FAIL|panic' "$OUT/tests-$p.log" | head -5

@@ -6,7 +6,7 @@ set -u
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
-for spec in "ncclcomm GPUMisuse|GPUWorkspaceBounds" "gpuffn GPUFFNSmall" "gpuattn GPUAttnCP"; do
+for spec in "devcomm GPUMisuse|GPUWorkspaceBounds" "gpuffn GPUFFNSmall" "gpuattn GPUAttnCP"; do
 	set -- $spec
 	timeout 90 bin/detcoll launch --standalone --nproc-per-node 2 -- bin/$1.test -test.run "$2" -test.v > "$OUT/$1.log" 2>&1
 	echo "$1 ($2): exit $?; $(grep -c -- '--- PASS' "$OUT/$1.log") passed, $(grep -c -- '--- FAIL' "$OUT/$1.log") failed, $(grep -c -- '--- SKIP' "$OUT/$1.log") skipped" | tee -a "$OUT/summary.txt"

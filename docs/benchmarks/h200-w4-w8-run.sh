@@ -4,7 +4,7 @@
 # machine, with bin/ built on the CPU machine:
 #
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
-#   CGO_ENABLED=1 go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
+#   CGO_ENABLED=1 go test -c -o bin/devcomm.test ./gpu/devcomm
 #
 # W (default: every GPU) ranks: the GPU tests and `detcoll verify` at W, then
 # the seed's benchmark (bf16; all_reduce, all_gather, reduce_scatter; 4 KiB to
@@ -19,7 +19,7 @@ W=${W:-$(nvidia-smi -L | wc -l)}
 rc=0
 L() { bin/detcoll launch --standalone --nproc-per-node "$W" -- "$@"; }
 { date -u; nvidia-smi -L; nvidia-smi topo -m; } > "$OUT/machine-w$W.txt" 2>&1
-L bin/ncclcomm.test -test.run GPU -test.v -test.timeout 550s > "$OUT/tests-w$W.log" 2>&1 || rc=1
+L bin/devcomm.test -test.run GPU -test.v -test.timeout 550s > "$OUT/tests-w$W.log" 2>&1 || rc=1
 echo "== tests W=$W: $(grep -c -- '--- PASS' "$OUT/tests-w$W.log") passed, $(grep -c -- '--- FAIL' "$OUT/tests-w$W.log") failed"
 L bin/detcoll verify --device cuda > "$OUT/verify-w$W.log" 2>&1 || rc=1
 tail -2 "$OUT/verify-w$W.log"

@@ -6,7 +6,7 @@
 # root on the two-H200 machine, with bin/ built on the CPU machine:
 #
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
-#   CGO_ENABLED=1 go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
+#   CGO_ENABLED=1 go test -c -o bin/devcomm.test ./gpu/devcomm
 #
 # STEPS (default "machine tests eager graph"; also "sweep": the grid sweep,
 # "alltests": every GPU test of the package). Outputs in $OUT; a summary
@@ -31,7 +31,7 @@ if step machine; then
 fi
 tests() { # name, -test.run pattern
 	local start=$SECONDS
-	L bin/ncclcomm.test -test.run "$2" -test.v -test.timeout 500s > "$OUT/$1.log" 2>&1
+	L bin/devcomm.test -test.run "$2" -test.v -test.timeout 500s > "$OUT/$1.log" 2>&1
 	local t=$?; [ $t -ne 0 ] && rc=1
 	echo "== $1: exit $t in $((SECONDS-start)) s; $(grep -c -- '--- PASS' "$OUT/$1.log") passed, $(grep -c -- '--- FAIL' "$OUT/$1.log") failed, $(grep -c -- '--- SKIP' "$OUT/$1.log") skipped"
 	grep -E -- '--- (FAIL|SKIP)|panic|checks, [1-9][0-9]* failed|ErrIPC|timeout|close:' "$OUT/$1.log" | head -12
@@ -40,13 +40,13 @@ step tests && tests tests-ipc 'GPUIPC'
 if step onegpu; then
 	# W = 2…8 ranks as streams of one process on GPU 0 (no launcher).
 	start=$SECONDS
-	bin/ncclcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 500s > "$OUT/tests-onegpu.log" 2>&1
+	bin/devcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 500s > "$OUT/tests-onegpu.log" 2>&1
 	t=$?; [ $t -ne 0 ] && rc=1
 	echo "== tests-onegpu: exit $t in $((SECONDS-start)) s"; grep -E -- '--- |W=' "$OUT/tests-onegpu.log" | head -12
 fi
 step alltests && tests tests-all 'GPU'
 if step others; then
-	# The layers over ncclcomm (their CP/TP lanes now take the peer-memory path).
+	# The layers over devcomm (their CP/TP lanes now take the peer-memory path).
 	for p in gpuattn gpuffn; do
 		start=$SECONDS
 		L bin/$p.test -test.run GPU -test.v -test.timeout 300s > "$OUT/tests-$p.log" 2>&1

@@ -657,7 +657,7 @@ def measure_overhead(ctx):
       python_noop        a Python function call (the loop's floor)
       ctypes_noop        detcollCommCount through ctypes (ctypes + cgo + a handle lookup)
       c_api_all_reduce   detcollAllReduce through ctypes with precomputed arguments:
-                         the library's own path (C API, Go, ncclcomm, NCCL and CUDA enqueue)
+                         the library's own path (C API, Go, devcomm, NCCL and CUDA enqueue)
       detcoll_all_reduce detcoll.all_reduce(x): the Python package
       torch_all_reduce   torch.distributed.all_reduce(x) (NCCL), for reference
     python_overhead = detcoll_all_reduce - c_api_all_reduce is the Python
@@ -953,7 +953,7 @@ def go_bench_rows(path):
     for r in d.get("rows", []):
         size = r.get("input_bytes") or r.get("requested_size_bytes")
         alg = r.get("algorithm")
-        # ncclcomm's Auto with two ranks: gather_tree below 64 MiB per rank
+        # devcomm's Auto with two ranks: gather_tree below 64 MiB per rank
         want = "direct" if r.get("operation") == "all_gather" else ("gather_tree" if size < (64 << 20) else "a2a_tree")
         if alg == want:
             out[(r["operation"], size)] = ((r.get("deterministic") or {}).get("median_us"), (r.get("native") or {}).get("median_us"))

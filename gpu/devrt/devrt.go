@@ -1,6 +1,6 @@
 // Package devrt is the device runtime that detcoll's device code is written
 // against: the small set of GPU driver/runtime calls that gpu.Device, the
-// reduce kernels, gpu/ncclcomm and the device benchmark use, plus the
+// reduce kernels, gpu/devcomm and the device benchmark use, plus the
 // run-time kernel compiler, behind one interface with neutral handle types.
 //
 // Two implementations register themselves at init: package gpu/devrt/cudart

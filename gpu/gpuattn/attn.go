@@ -11,7 +11,7 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devrt"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/parallel"
 )
 
@@ -55,15 +55,15 @@ type ops interface {
 	download(dst []byte, src DevicePtr) error
 	// gatherRows: dst row i = src row idx[i], idx int32 on the device.
 	gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error
-	allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error
-	reduceScatterBF16(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error
+	allGatherBytes(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error
+	reduceScatterBF16(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error
 }
 
 // gpuOps runs the flow on one GPU: the communicator's stream at CP = W,
 // an own stream at CP = 1 (comm nil).
 type gpuOps struct {
 	dev       *gpu.Device
-	comm      *ncclcomm.Comm
+	comm      *devcomm.Comm
 	rt        devrt.Runtime
 	stream    gpu.Stream
 	own       bool
@@ -75,7 +75,7 @@ type gpuOps struct {
 
 // newGPUOps opens the flow on comm's device (CP = comm's size) or, with
 // comm nil, on dev alone (CP = 1).
-func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm) (*gpuOps, error) {
+func newGPUOps(dev *gpu.Device, comm *devcomm.Comm) (*gpuOps, error) {
 	o := &gpuOps{dev: dev, comm: comm}
 	if comm != nil {
 		o.dev, o.stream = comm.Device(), gpu.Stream(comm.Stream())
@@ -196,13 +196,13 @@ func (o *gpuOps) gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error {
 	})
 }
 
-func (o *gpuOps) allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
-	return o.comm.AllGatherMany(ctx, sends, recvs, counts, dtype.Byte, ncclcomm.OnStream(ncclcomm.Stream(o.stream)))
+func (o *gpuOps) allGatherBytes(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error {
+	return o.comm.AllGatherMany(ctx, sends, recvs, counts, dtype.Byte, devcomm.OnStream(devcomm.Stream(o.stream)))
 }
 
-func (o *gpuOps) reduceScatterBF16(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
+func (o *gpuOps) reduceScatterBF16(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error {
 	return o.comm.ReduceScatterMany(ctx, sends, recvs, counts, dtype.BF16,
-		ncclcomm.OnStream(ncclcomm.Stream(o.stream)), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
+		devcomm.OnStream(devcomm.Stream(o.stream)), devcomm.WithAccumulate(detcoll.AccumulateNative))
 }
 
 // Inputs are one rank's shard: its tokens in its local (zigzag) order.
@@ -334,8 +334,8 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 		if gpos, err = alloc(4 * n); err != nil {
 			return nil, err
 		}
-		sends := []ncclcomm.Buffer{{Ptr: q, Bytes: shardB}, {Ptr: k, Bytes: shardB}, {Ptr: v, Bytes: shardB}, {Ptr: pos, Bytes: 4 * per}}
-		recvs := []ncclcomm.Buffer{{Ptr: gq, Bytes: n * rowB}, {Ptr: gk, Bytes: n * rowB}, {Ptr: gv, Bytes: n * rowB}, {Ptr: gpos, Bytes: 4 * n}}
+		sends := []devcomm.Buffer{{Ptr: q, Bytes: shardB}, {Ptr: k, Bytes: shardB}, {Ptr: v, Bytes: shardB}, {Ptr: pos, Bytes: 4 * per}}
+		recvs := []devcomm.Buffer{{Ptr: gq, Bytes: n * rowB}, {Ptr: gk, Bytes: n * rowB}, {Ptr: gv, Bytes: n * rowB}, {Ptr: gpos, Bytes: 4 * n}}
 		if err := o.allGatherBytes(ctx, sends, recvs, []int{shardB, shardB, shardB, 4 * per}); err != nil {
 			return nil, fmt.Errorf("gpuattn: CP all-gather of Q, K, V and positions: %w", err)
 		}
@@ -425,7 +425,7 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 		if gdo, err = alloc(n * rowB); err != nil {
 			return nil, err
 		}
-		err := o.allGatherBytes(ctx, []ncclcomm.Buffer{{Ptr: dout, Bytes: shardB}}, []ncclcomm.Buffer{{Ptr: gdo, Bytes: n * rowB}}, []int{shardB})
+		err := o.allGatherBytes(ctx, []devcomm.Buffer{{Ptr: dout, Bytes: shardB}}, []devcomm.Buffer{{Ptr: gdo, Bytes: n * rowB}}, []int{shardB})
 		if err != nil {
 			return nil, fmt.Errorf("gpuattn: CP all-gather of the output gradient: %w", err)
 		}
@@ -466,8 +466,8 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 			}
 		}
 	} else {
-		sends := make([]ncclcomm.Buffer, 3)
-		recvs := make([]ncclcomm.Buffer, 3)
+		sends := make([]devcomm.Buffer, 3)
+		recvs := make([]devcomm.Buffer, 3)
 		for i, m := range []*parallel.Matrix{dQ, dK, dV} {
 			var send DevicePtr
 			if rank == 0 {
@@ -484,8 +484,8 @@ func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float3
 			} else if send, err = put(negZeroBF16(n * rowB)); err != nil {
 				return nil, err
 			}
-			sends[i] = ncclcomm.Buffer{Ptr: send, Bytes: n * rowB}
-			recvs[i] = ncclcomm.Buffer{Ptr: grads[i], Bytes: shardB}
+			sends[i] = devcomm.Buffer{Ptr: send, Bytes: n * rowB}
+			recvs[i] = devcomm.Buffer{Ptr: grads[i], Bytes: shardB}
 		}
 		if err := o.reduceScatterBF16(ctx, sends, recvs, []int{per * width, per * width, per * width}); err != nil {
 			return nil, fmt.Errorf("gpuattn: CP reduce-scatter of dQ, dK and dV: %w", err)

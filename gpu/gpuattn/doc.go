@@ -1,6 +1,6 @@
 // Package gpuattn is the communication path of package parallel's
 // context-parallel ag_rs attention on NVIDIA GPUs, over detcoll's
-// deterministic collectives (gpu/ncclcomm), with device buffers:
+// deterministic collectives (gpu/devcomm), with device buffers:
 //
 //	forward   AllGatherMany (rank order) of this rank's zigzag shard of Q, K,
 //	          V (bf16, tokens × heads·head_dim) and its position ids
@@ -21,7 +21,7 @@
 //
 // # No Scatter
 //
-// The host package delivers the root's (out, lse) with a Scatter; ncclcomm
+// The host package delivers the root's (out, lse) with a Scatter; devcomm
 // has none, and none is needed. After the all-gather every rank holds the
 // same bytes of Q, K, V and positions (an all-gather moves bytes and does
 // no arithmetic), reorders them with the same permutation, and runs the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/parallel"
 )
 
@@ -102,7 +102,7 @@ func (o *hostOps) gatherRows(dst, src, idx DevicePtr, rows, rowBytes int) error 
 	return nil
 }
 
-func (o *hostOps) bufs(bs []ncclcomm.Buffer) ([][]byte, error) {
+func (o *hostOps) bufs(bs []devcomm.Buffer) ([][]byte, error) {
 	out := make([][]byte, len(bs))
 	for i, b := range bs {
 		s, err := o.at(b.Ptr, b.Bytes)
@@ -114,7 +114,7 @@ func (o *hostOps) bufs(bs []ncclcomm.Buffer) ([][]byte, error) {
 	return out, nil
 }
 
-func (o *hostOps) allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
+func (o *hostOps) allGatherBytes(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error {
 	s, err := o.bufs(sends)
 	if err != nil {
 		return err
@@ -131,7 +131,7 @@ func (o *hostOps) allGatherBytes(ctx context.Context, sends, recvs []ncclcomm.Bu
 	return o.comm.AllGatherMany(ctx, s, r, dtype.Byte)
 }
 
-func (o *hostOps) reduceScatterBF16(ctx context.Context, sends, recvs []ncclcomm.Buffer, counts []int) error {
+func (o *hostOps) reduceScatterBF16(ctx context.Context, sends, recvs []devcomm.Buffer, counts []int) error {
 	s, err := o.bufs(sends)
 	if err != nil {
 		return err

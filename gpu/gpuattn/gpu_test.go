@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/parallel"
 )
@@ -38,7 +38,7 @@ var (
 var (
 	setupOnce sync.Once
 	testJob   *cluster.Job
-	testComm  *ncclcomm.Comm
+	testComm  *devcomm.Comm
 	setupErr  error
 )
 
@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func gpuSetup(t *testing.T) (*cluster.Job, *ncclcomm.Comm) {
+func gpuSetup(t *testing.T) (*cluster.Job, *devcomm.Comm) {
 	t.Helper()
 	gputest.RequireLaunchedGPU(t, "gpuattn.test", true)
 	setupOnce.Do(func() {
@@ -65,7 +65,7 @@ func gpuSetup(t *testing.T) (*cluster.Job, *ncclcomm.Comm) {
 		if testJob, setupErr = cluster.Init(ctx, cluster.Options{}); setupErr != nil {
 			return
 		}
-		if testComm, setupErr = ncclcomm.New(ctx, testJob); setupErr != nil {
+		if testComm, setupErr = devcomm.New(ctx, testJob); setupErr != nil {
 			return
 		}
 		dev := testComm.Device()

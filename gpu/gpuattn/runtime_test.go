@@ -6,7 +6,7 @@ import (
 	"github.com/detcoll/detcoll/gpu/devrt"
 
 	// The test binary carries both vendors, as a default build does: the
-	// GPU test runs on whichever gputest and ncclcomm.New pick
+	// GPU test runs on whichever gputest and devcomm.New pick
 	// ($DETCOLL_DEVICE, else CUDA first).
 	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 	_ "github.com/detcoll/detcoll/gpu/devrt/hiprt"

@@ -7,11 +7,11 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/parallel"
 
 	// This package is CUDA-only: it links (and registers) the CUDA runtime
-	// of gpu/devrt that gpu.Device and ncclcomm run on.
+	// of gpu/devrt that gpu.Device and devcomm run on.
 	_ "github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
@@ -26,7 +26,7 @@ import (
 // bf16 without sequence parallelism at CP = 1; other configurations are
 // refused with ErrInvalidArgument.
 type Backend struct {
-	Comm     *ncclcomm.Comm // the TP group on the device (nil: TP = 1)
+	Comm     *devcomm.Comm // the TP group on the device (nil: TP = 1)
 	Device   *gpu.Device    // used when Comm is nil
 	Pedantic bool           // see Config.Pedantic
 }

@@ -2,7 +2,7 @@
 // on NVIDIA GPUs: bf16 GEMMs by cuBLAS (internal/cublas, loaded at run
 // time), detcoll's tree kernel (package gpu) for every sum of partial
 // products, an NVRTC-compiled SwiGLU kernel (kernels/swiglu.cu), and
-// detcoll's deterministic all-reduce over NCCL (gpu/ncclcomm) across the
+// detcoll's deterministic all-reduce over NCCL (gpu/devcomm) across the
 // tensor-parallel group. Its forward and backward give the same bits at
 // TP = 1, 2, 4 and 8 (with L = 8 canonical chunks).
 //

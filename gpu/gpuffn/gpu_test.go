@@ -21,7 +21,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/cublas"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/gputest"
@@ -47,7 +47,7 @@ import (
 var (
 	setupOnce sync.Once
 	testJob   *cluster.Job
-	testComm  *ncclcomm.Comm
+	testComm  *devcomm.Comm
 	setupErr  error
 )
 
@@ -65,7 +65,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func gpuSetup(t *testing.T) (*cluster.Job, *ncclcomm.Comm) {
+func gpuSetup(t *testing.T) (*cluster.Job, *devcomm.Comm) {
 	t.Helper()
 	gputest.RequireLaunchedGPU(t, "gpuffn.test", true)
 	if err := cublas.Available(); err != nil {
@@ -78,7 +78,7 @@ func gpuSetup(t *testing.T) (*cluster.Job, *ncclcomm.Comm) {
 			return
 		}
 		start := time.Now()
-		testComm, setupErr = ncclcomm.New(ctx, testJob)
+		testComm, setupErr = devcomm.New(ctx, testJob)
 		if setupErr == nil {
 			ma, mi, pa, _ := cublas.Version()
 			fmt.Printf("rank %d of %d: GPU %d %s, NCCL %s, cuBLAS %d.%d.%d (%s), NVRTC %s, communicator ready in %v\n",
@@ -112,7 +112,7 @@ type testEnv struct {
 	layer    func(tpW bool, cfg Config) (*Layer, error)
 }
 
-func gpuEnv(job *cluster.Job, comm *ncclcomm.Comm) *testEnv {
+func gpuEnv(job *cluster.Job, comm *devcomm.Comm) *testEnv {
 	dev := comm.Device()
 	host, _ := os.Hostname()
 	major, minor := dev.ComputeCapability()

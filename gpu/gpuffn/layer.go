@@ -8,7 +8,7 @@ import (
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/cublas"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/parallel"
@@ -101,7 +101,7 @@ type Layer struct {
 // device communicator), TP = comm.Size() and this rank holds TP shard
 // comm.Rank(); dev may then be nil (comm's device is used) or must be it.
 // Without comm, TP = 1: the whole layer on dev with no communication.
-func New(dev *gpu.Device, comm *ncclcomm.Comm, cfg Config) (*Layer, error) {
+func New(dev *gpu.Device, comm *devcomm.Comm, cfg Config) (*Layer, error) {
 	tp, rank := 1, 0
 	if comm != nil {
 		tp, rank = comm.Size(), comm.Rank()

@@ -10,7 +10,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/cublas"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -62,7 +62,7 @@ type ops interface {
 // the SwiGLU kernels, and the TP communicator (nil at TP = 1).
 type gpuOps struct {
 	dev       *gpu.Device
-	comm      *ncclcomm.Comm
+	comm      *devcomm.Comm
 	native    bool
 	stream    cuda.Stream
 	blas      cublas.Handle
@@ -85,7 +85,7 @@ type spanRec struct {
 	start, end cuda.Event
 }
 
-func newGPUOps(dev *gpu.Device, comm *ncclcomm.Comm, cfg Config) (*gpuOps, error) {
+func newGPUOps(dev *gpu.Device, comm *devcomm.Comm, cfg Config) (*gpuOps, error) {
 	if err := cublas.Available(); err != nil {
 		return nil, fmt.Errorf("gpuffn: no cuBLAS: %w", err)
 	}
@@ -253,9 +253,9 @@ func (o *gpuOps) allReduce(ctx context.Context, p cuda.DevicePtr, count int) err
 			return nc.AllReduce(p, p, count, nccl.BFloat16, nccl.Sum, o.stream)
 		})
 	}
-	buf := ncclcomm.Buffer{Ptr: p, Bytes: count * 2}
+	buf := devcomm.Buffer{Ptr: p, Bytes: count * 2}
 	return o.comm.AllReduce(ctx, buf, buf, count, dtype.BF16,
-		ncclcomm.OnStream(ncclcomm.Stream(o.stream)), ncclcomm.WithAccumulate(detcoll.AccumulateNative))
+		devcomm.OnStream(devcomm.Stream(o.stream)), devcomm.WithAccumulate(detcoll.AccumulateNative))
 }
 
 func (o *gpuOps) setTiming(on bool) { o.timing = on }
@@ -329,7 +329,7 @@ func (o *gpuOps) close() error {
 	if o.stream != 0 {
 		errs = append(errs, o.sync())
 		if o.comm != nil {
-			errs = append(errs, o.comm.ReleaseStream(ncclcomm.Stream(o.stream)))
+			errs = append(errs, o.comm.ReleaseStream(devcomm.Stream(o.stream)))
 		}
 	}
 	errs = append(errs, o.dev.Do(func() error {

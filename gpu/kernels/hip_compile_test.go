@@ -12,10 +12,10 @@ import (
 	"github.com/detcoll/detcoll/internal/hiprtc"
 )
 
-// fastSourcePath is gpu/ncclcomm's fast kernels, appended to ReduceSource
+// fastSourcePath is gpu/devcomm's fast kernels, appended to ReduceSource
 // on NVIDIA GPUs; read from the checkout (that package is CUDA's and
 // cannot be imported into a ROCm build).
-const fastSourcePath = "../ncclcomm/kernels/fast.cu"
+const fastSourcePath = "../devcomm/kernels/fast.cu"
 
 // hipTargets are the AMD processors the kernels are compiled for: MI200
 // (CDNA2) and MI300 (CDNA3), both with 64-wide wavefronts. Debian 12's

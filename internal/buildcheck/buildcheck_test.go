@@ -34,7 +34,7 @@ var (
 )
 
 // The vendor-neutral GPU packages: in every build, importing no vendor.
-var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/ncclcomm", "gpu/cudabench", "gpu/gpuattn"}
+var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn"}
 
 type config struct {
 	name       string

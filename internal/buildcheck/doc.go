@@ -1,6 +1,6 @@
 // Package buildcheck holds no code, only the build-isolation tests of
 // docs/rocm.md: with Go build constraints at the import sites of the GPU
-// packages (internal/app/cuda.go, internal/app/rocm.go,
+// packages (cmd/detcoll/internal/app/cuda.go, cmd/detcoll/internal/app/rocm.go,
 // capi/device_cuda.go), the binaries (cmd/detcoll, capi) carry
 //
 //   - by default (cgo): both CUDA and ROCm, and pick at run time;

@@ -87,10 +87,10 @@ func TestRequireLaunchedGPUNotLaunched(t *testing.T) {
 				}
 			}
 		}()
-		RequireLaunchedGPU(tb, "ncclcomm.test", false)
+		RequireLaunchedGPU(tb, "devcomm.test", false)
 		t.Error("RequireLaunchedGPU returned in a process no launcher started")
 	}()
-	if !strings.Contains(tb.skipped, "not started by a launcher") || !strings.Contains(tb.skipped, "./ncclcomm.test") {
+	if !strings.Contains(tb.skipped, "not started by a launcher") || !strings.Contains(tb.skipped, "./devcomm.test") {
 		t.Errorf("skip reason %q", tb.skipped)
 	}
 }

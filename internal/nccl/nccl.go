@@ -149,7 +149,7 @@ type Comm struct {
 }
 
 // WrapComm gives a communicator of the shared binding (e.g.
-// ncclcomm.Comm.CCL) NCCL's typed face; nil stays nil.
+// devcomm.Comm.CCL) NCCL's typed face; nil stays nil.
 func WrapComm(c *ccl.Comm) *Comm {
 	if c == nil {
 		return nil

@@ -5,7 +5,7 @@
 // ROCm-only build never links it.
 //
 // Every method forwards to exactly the internal/cuda call that gpu and
-// gpu/ncclcomm made before the runtime abstraction (same flags, same
+// gpu/devcomm made before the runtime abstraction (same flags, same
 // errors), converting only the neutral handle types.
 package cudart
 

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	_ "embed"
@@ -75,7 +75,7 @@ func loadFast(dev *gpu.Device) (*fastKernels, error) {
 	rt := dev.Runtime()
 	prog, err := rt.Build(gpu.ReduceSource+"\n"+fastSource, "detcoll_fast_reduce.cu", dev.Props())
 	if err != nil {
-		return nil, fmt.Errorf("ncclcomm: compiling the fast reduce kernels: %w", err)
+		return nil, fmt.Errorf("devcomm: compiling the fast reduce kernels: %w", err)
 	}
 	f := &fastKernels{dev: dev, fns: map[string]devrt.Function{}, args: rt.NewArgs(), sms: dev.Multiprocessors()}
 	err = dev.Do(func() error {
@@ -96,7 +96,7 @@ func loadFast(dev *gpu.Device) (*fastKernels, error) {
 	})
 	if err != nil {
 		rt.Invalidate(prog.Key)
-		return nil, fmt.Errorf("ncclcomm: loading the fast reduce kernels: %w", err)
+		return nil, fmt.Errorf("devcomm: loading the fast reduce kernels: %w", err)
 	}
 	return f, nil
 }

@@ -1,6 +1,6 @@
-// Package cudabench is the "cuda" backend of package bench (`detcoll bench
+// Package devbench is the "cuda" backend of package bench (`detcoll bench
 // --device cuda`): detcoll's deterministic collectives on device memory
-// (package gpu/ncclcomm) against NCCL's own ncclAllReduce, ncclAllGather and
+// (package gpu/devcomm) against NCCL's own ncclAllReduce, ncclAllGather and
 // ncclReduceScatter (ncclSum) on the same buffers, in the same run, on the
 // same NCCL communicator and stream.
 //
@@ -31,7 +31,7 @@
 // A Backend belongs to one rank and is used from one goroutine, as
 // bench.Run does; every CUDA call runs on a locked OS thread with the
 // device's primary context current (gpu.Device.Do).
-package cudabench
+package devbench
 
 import (
 	"context"
@@ -46,7 +46,7 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devrt"
-	"github.com/detcoll/detcoll/gpu/ncclcomm"
+	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/ccl"
 )
 
@@ -73,13 +73,13 @@ var Versions = map[string]func() (driver, runtime string){}
 
 // Backend is one rank's CUDA benchmark backend.
 type Backend struct {
-	comm *ncclcomm.Comm
+	comm *devcomm.Comm
 	own  bool
 	info bench.DeviceInfo
 }
 
 // New opens the rank's deterministic communicator on GPU LOCAL_RANK
-// (ncclcomm.New) and describes the devices of every rank. Every rank of the
+// (devcomm.New) and describes the devices of every rank. Every rank of the
 // job calls it.
 func New(ctx context.Context, job *cluster.Job) (*Backend, error) {
 	return NewVendor(ctx, job, "cuda")
@@ -88,7 +88,7 @@ func New(ctx context.Context, job *cluster.Job) (*Backend, error) {
 // NewVendor is New on vendor "cuda" (NCCL) or "rocm" (RCCL; the backend is
 // then named "rocm" and its native baseline is RCCL's own collectives).
 func NewVendor(ctx context.Context, job *cluster.Job, vendor string) (*Backend, error) {
-	c, err := ncclcomm.New(ctx, job, ncclcomm.WithVendor(vendor))
+	c, err := devcomm.New(ctx, job, devcomm.WithVendor(vendor))
 	if err != nil {
 		return nil, err
 	}
@@ -103,13 +103,13 @@ func NewVendor(ctx context.Context, job *cluster.Job, vendor string) (*Backend, 
 
 // NewWithComm uses an existing communicator (not closed by Close). host is
 // the job's host communicator, used once to collect every rank's GPU name.
-func NewWithComm(ctx context.Context, c *ncclcomm.Comm, host *detcoll.Comm) (*Backend, error) {
+func NewWithComm(ctx context.Context, c *devcomm.Comm, host *detcoll.Comm) (*Backend, error) {
 	const n = 96
 	mine := make([]byte, n)
 	copy(mine, c.Device().Name())
 	all := make([]byte, n*host.Size())
 	if err := host.AllGather(ctx, mine, all, dtype.Byte); err != nil {
-		return nil, fmt.Errorf("cudabench: collecting GPU names: %w", err)
+		return nil, fmt.Errorf("devbench: collecting GPU names: %w", err)
 	}
 	names := make([]string, host.Size())
 	for p := range names {
@@ -141,7 +141,7 @@ func deviceInfo(vendor string, names []string, ccl string) bench.DeviceInfo {
 func (b *Backend) ReportExtra() map[string]any {
 	on, why := b.comm.IPC()
 	x := map[string]any{"ipc": on, "ipc_staging_bytes_per_rank": b.comm.IPCStagingBytes(),
-		"auto_one_shot_max_bytes": ncclcomm.AutoOneShotBytes}
+		"auto_one_shot_max_bytes": devcomm.AutoOneShotBytes}
 	if !on {
 		x["ipc_off_because"] = why
 	}
@@ -149,7 +149,7 @@ func (b *Backend) ReportExtra() map[string]any {
 }
 
 // Comm is the communicator under test.
-func (b *Backend) Comm() *ncclcomm.Comm { return b.comm }
+func (b *Backend) Comm() *devcomm.Comm { return b.comm }
 
 // Close closes the communicator if New opened it.
 func (b *Backend) Close() error {
@@ -175,15 +175,15 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 	sz := spec.DType.Size()
 	switch {
 	case !spec.Op.Valid():
-		return nil, fmt.Errorf("cudabench: unknown operation %q", spec.Op)
+		return nil, fmt.Errorf("devbench: unknown operation %q", spec.Op)
 	case !spec.DType.Valid():
-		return nil, fmt.Errorf("cudabench: dtype %v is not reducible", spec.DType)
+		return nil, fmt.Errorf("devbench: dtype %v is not reducible", spec.DType)
 	case spec.Rank != c.Rank() || spec.WorldSize != c.Size():
-		return nil, fmt.Errorf("cudabench: case for rank %d of %d on a communicator of rank %d of %d", spec.Rank, spec.WorldSize, c.Rank(), c.Size())
+		return nil, fmt.Errorf("devbench: case for rank %d of %d on a communicator of rank %d of %d", spec.Rank, spec.WorldSize, c.Rank(), c.Size())
 	case spec.InputBytes <= 0 || spec.InputBytes%sz != 0:
-		return nil, fmt.Errorf("cudabench: input of %d bytes is not a positive whole number of %v elements", spec.InputBytes, spec.DType)
+		return nil, fmt.Errorf("devbench: input of %d bytes is not a positive whole number of %v elements", spec.InputBytes, spec.DType)
 	case spec.Op == bench.ReduceScatter && (spec.InputBytes/sz)%spec.WorldSize != 0:
-		return nil, fmt.Errorf("cudabench: reduce_scatter input of %d elements does not divide by W = %d", spec.InputBytes/sz, spec.WorldSize)
+		return nil, fmt.Errorf("devbench: reduce_scatter input of %d elements does not divide by W = %d", spec.InputBytes/sz, spec.WorldSize)
 	}
 	k := &gpuCase{c: c, dev: c.Device(), spec: spec, graphs: map[graphKey]gpu.GraphExec{}}
 	k.count = spec.InputBytes / sz
@@ -212,7 +212,7 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 	}
 	if err != nil {
 		k.Close()
-		return nil, fmt.Errorf("cudabench: preparing %s of %d bytes: %w", spec.Op, spec.InputBytes, err)
+		return nil, fmt.Errorf("devbench: preparing %s of %d bytes: %w", spec.Op, spec.InputBytes, err)
 	}
 	k.host = make([]byte, out)
 	k.nhost = make([]byte, out)
@@ -227,13 +227,13 @@ type graphKey struct {
 }
 
 type gpuCase struct {
-	c      *ncclcomm.Comm
+	c      *devcomm.Comm
 	dev    *gpu.Device
 	spec   bench.CaseSpec
 	count  int // the count argument: AllReduce and AllGather per-rank input, ReduceScatter output
-	send   ncclcomm.Buffer
-	recv   ncclcomm.Buffer
-	nrecv  ncclcomm.Buffer
+	send   devcomm.Buffer
+	recv   devcomm.Buffer
+	nrecv  devcomm.Buffer
 	start  devrt.Event
 	stop   devrt.Event
 	host   []byte
@@ -247,7 +247,7 @@ type gpuCase struct {
 }
 
 func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate) func() error {
-	opts := []ncclcomm.CallOption{ncclcomm.WithAlgorithm(alg), ncclcomm.WithAccumulate(acc)}
+	opts := []devcomm.CallOption{devcomm.WithAlgorithm(alg), devcomm.WithAccumulate(acc)}
 	dt := k.spec.DType
 	switch k.spec.Op {
 	case bench.AllReduce:
@@ -282,7 +282,7 @@ func (k *gpuCase) native() (func() error, error) {
 // elapsed device time divided by iters.
 func (k *gpuCase) timed(iters int, enqueue func() error) (time.Duration, error) {
 	if iters < 1 {
-		return 0, fmt.Errorf("cudabench: %d iterations", iters)
+		return 0, fmt.Errorf("devbench: %d iterations", iters)
 	}
 	s := k.c.Stream()
 	var ms float32
@@ -337,7 +337,7 @@ func (k *gpuCase) run(key graphKey, iters int, one func() error) (time.Duration,
 			return nil
 		})
 		if err != nil {
-			return 0, fmt.Errorf("cudabench: capturing %d iterations: %w", iters, err)
+			return 0, fmt.Errorf("devbench: capturing %d iterations: %w", iters, err)
 		}
 		k.graphs[key] = g
 	}
@@ -380,7 +380,7 @@ func (k *gpuCase) RunNative(ctx context.Context, iters int) (time.Duration, erro
 	d, err := k.run(graphKey{native: true, iters: iters}, iters, wrapped)
 	k.natPeak = max(k.natPeak, drop(k.natFree0, k.freeMem()))
 	if err != nil {
-		return 0, fmt.Errorf("cudabench: native %s: %w", k.spec.Op, err)
+		return 0, fmt.Errorf("devbench: native %s: %w", k.spec.Op, err)
 	}
 	return d, nil
 }
@@ -435,12 +435,12 @@ func (k *gpuCase) Close() error {
 		errs = append(errs, k.dev.DestroyGraph(g))
 		delete(k.graphs, key)
 	}
-	for _, b := range []ncclcomm.Buffer{k.send, k.recv, k.nrecv} {
+	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv} {
 		if b.Ptr != 0 {
 			errs = append(errs, k.c.Free(b))
 		}
 	}
-	k.send, k.recv, k.nrecv = ncclcomm.Buffer{}, ncclcomm.Buffer{}, ncclcomm.Buffer{}
+	k.send, k.recv, k.nrecv = devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}
 	errs = append(errs, k.dev.Do(func() error {
 		return errors.Join(k.dev.Runtime().EventDestroy(k.start), k.dev.Runtime().EventDestroy(k.stop))
 	}))

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	"fmt"
@@ -21,8 +21,8 @@ import (
 // kept small so that all ranks' blocks are resident at once (a rank's
 // block waits for the same block of every other rank).
 //
-//	go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
-//	bin/ncclcomm.test -test.run GPUIPCKernelsOneGPU -test.v     # no launcher
+//	go test -c -o bin/devcomm.test ./gpu/devcomm
+//	bin/devcomm.test -test.run GPUIPCKernelsOneGPU -test.v     # no launcher
 func TestGPUIPCKernelsOneGPU(t *testing.T) {
 	if launch.Launched(os.Getenv) {
 		t.Skip("a one-GPU, one-process test: run it without a launcher")

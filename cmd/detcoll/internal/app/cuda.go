@@ -14,18 +14,18 @@ import (
 
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/gpu/devbench"
 	"github.com/detcoll/detcoll/gpu/devrt/cudart"
 )
 
 // The "cuda" device: detcoll's deterministic collectives on NVIDIA GPUs over
-// NCCL (package gpu/ncclcomm), measured against NCCL's own collectives.
+// NCCL (package gpu/devcomm), measured against NCCL's own collectives.
 func init() {
 	Backends["cuda"] = func(ctx context.Context, job *cluster.Job) (bench.Backend, error) {
-		return cudabench.New(ctx, job)
+		return devbench.New(ctx, job)
 	}
-	DeviceProbes["cuda"] = cudabench.Available
-	cudabench.Versions["cuda"] = func() (string, string) { p := cudart.Probe(); return p.DriverVersion, p.CUDAVersion }
+	DeviceProbes["cuda"] = devbench.Available
+	devbench.Versions["cuda"] = func() (string, string) { p := cudart.Probe(); return p.DriverVersion, p.CUDAVersion }
 	JobVerifiers["cuda"] = VerifyCUDAJob
 	registerEnv(EnvSection{Kind: "cuda", Key: "gpu", Text: CUDAEnvReport, JSON: func() any { return cudart.Probe() }})
 }
@@ -37,7 +37,7 @@ func init() {
 func CUDAEnvReport() string {
 	var b strings.Builder
 	b.WriteString(cudart.Probe().String())
-	if err := cudabench.Available(); err != nil {
+	if err := devbench.Available(); err != nil {
 		fmt.Fprintf(&b, "%-14s unavailable: %v\n", "cuda backend", err)
 	} else {
 		fmt.Fprintf(&b, "%-14s available (detcoll bench --device cuda)\n", "cuda backend")
@@ -53,7 +53,7 @@ func CUDAEnvReport() string {
 }
 
 // VerifyCUDAJob checks the deterministic device collectives of the launched
-// job (every rank calls it) against the host oracle: ncclcomm.VerifyJob. Rows
+// job (every rank calls it) against the host oracle: devcomm.VerifyJob. Rows
 // are this rank's.
 func VerifyCUDAJob(ctx context.Context, job *cluster.Job) ([]VerifyResult, error) {
 	return verifyDeviceJob(ctx, job, "cuda", "nccl")

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 // GPU tests. They run as every rank of a launched job, one GPU per rank:
 //
 //	CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
-//	go test -c -o bin/ncclcomm.test ./gpu/ncclcomm
-//	bin/detcoll launch --standalone --nproc-per-node 2 -- bin/ncclcomm.test -test.run GPU -test.v
+//	go test -c -o bin/devcomm.test ./gpu/devcomm
+//	bin/detcoll launch --standalone --nproc-per-node 2 -- bin/devcomm.test -test.run GPU -test.v
 //
 // They skip, saying why, when the process was not started by a launcher or
 // no GPU, CUDA driver or NCCL is usable. Every rank runs the same tests in
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 
 func gpuComm(t *testing.T) (*cluster.Job, *Comm) {
 	t.Helper()
-	gputest.RequireLaunchedGPU(t, "ncclcomm.test", false)
+	gputest.RequireLaunchedGPU(t, "devcomm.test", false)
 	setupOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	"bytes"
@@ -182,7 +182,7 @@ func WithDevice(ordinal int) Option { return func(c *config) { c.device = ordina
 func WithVendor(v string) Option { return func(c *config) { c.vendor = v } }
 
 // WithPrefix sets the store prefix under which rank 0 publishes the NCCL
-// unique id (default "detcoll/ncclcomm"). Communicators created in the same
+// unique id (default "detcoll/devcomm"). Communicators created in the same
 // order on every rank get distinct keys below it.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
@@ -263,9 +263,9 @@ func nextGen(prefix string) int {
 // Comm.
 func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 	if job == nil || job.Comm == nil || job.Store == nil {
-		return nil, fmt.Errorf("ncclcomm: New: %w: the job has no communicator or store", detcoll.ErrInvalidArgument)
+		return nil, fmt.Errorf("devcomm: New: %w: the job has no communicator or store", detcoll.ErrInvalidArgument)
 	}
-	cfg := config{prefix: "detcoll/ncclcomm", device: -1, acc: detcoll.AccumulateNative, initTO: 2 * time.Minute, chunk: DefaultChunkBytes}
+	cfg := config{prefix: "detcoll/devcomm", device: -1, acc: detcoll.AccumulateNative, initTO: 2 * time.Minute, chunk: DefaultChunkBytes}
 	switch strings.ToLower(os.Getenv(GatherEnv)) {
 	case "p2p":
 		cfg.gather = GatherP2P
@@ -275,18 +275,18 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 	if v := os.Getenv(ChunkEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("ncclcomm: New: %w: %s=%q is not a byte count", detcoll.ErrInvalidArgument, ChunkEnv, v)
+			return nil, fmt.Errorf("devcomm: New: %w: %s=%q is not a byte count", detcoll.ErrInvalidArgument, ChunkEnv, v)
 		}
 		cfg.chunk = n
 	}
 	if err := ipcConfig(&cfg); err != nil {
-		return nil, fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("devcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if !cfg.alg.Valid() || !cfg.acc.Valid() || cfg.gather > GatherP2P || cfg.chunk < 0 || cfg.ipcBytes < 0 || cfg.ipcTimeout <= 0 {
-		return nil, fmt.Errorf("ncclcomm: New: %w: bad options (algorithm %v, accumulate %v, gather %v, chunk %d, IPC %d bytes, IPC timeout %v)",
+		return nil, fmt.Errorf("devcomm: New: %w: bad options (algorithm %v, accumulate %v, gather %v, chunk %d, IPC %d bytes, IPC timeout %v)",
 			detcoll.ErrInvalidArgument, cfg.alg, cfg.acc, cfg.gather, cfg.chunk, cfg.ipcBytes, cfg.ipcTimeout)
 	}
 	if ctx == nil {
@@ -306,14 +306,14 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 	c := &Comm{rank: rank, size: size, cfg: cfg, sigs: map[signature]struct{}{}}
 	var lerr error
 	if c.rt, lerr = devrt.Get(cfg.vendor); lerr != nil {
-		lerr = fmt.Errorf("ncclcomm: %w", lerr)
+		lerr = fmt.Errorf("devcomm: %w", lerr)
 	} else {
 		lerr = c.openLocal(job.Env.LocalRank, job.Env.LocalWorldSize)
 	}
 	host, err := job.Comm.Split(ctx, 0, rank)
 	if err != nil {
 		c.closeLocal()
-		return nil, fmt.Errorf("ncclcomm: New: splitting the host communicator: %w", err)
+		return nil, fmt.Errorf("devcomm: New: splitting the host communicator: %w", err)
 	}
 	c.host = host
 	if err := c.agreeDevices(ctx, lerr); err != nil {
@@ -330,7 +330,7 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 			// Publish an empty id so that the other ranks fail too.
 			_ = job.Store.Set(ctx, key, nil)
 			c.closeLocal()
-			return nil, fmt.Errorf("ncclcomm: New: rank 0 making the NCCL id: %w", err)
+			return nil, fmt.Errorf("devcomm: New: rank 0 making the NCCL id: %w", err)
 		}
 	} else {
 		v, err := job.Store.Get(ctx, key)
@@ -339,7 +339,7 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 		}
 		if err != nil {
 			c.closeLocal()
-			return nil, fmt.Errorf("ncclcomm: New: rank %d reading the NCCL id at %q: %w", rank, key, err)
+			return nil, fmt.Errorf("devcomm: New: rank %d reading the NCCL id at %q: %w", rank, key, err)
 		}
 		copy(id[:], v)
 	}
@@ -349,7 +349,7 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 	})
 	if err != nil {
 		c.closeLocal()
-		return nil, fmt.Errorf("ncclcomm: New: ncclCommInitRank on GPU %d (rank %d of %d): %w", c.dev.Ordinal(), rank, size, err)
+		return nil, fmt.Errorf("devcomm: New: ncclCommInitRank on GPU %d (rank %d of %d): %w", c.dev.Ordinal(), rank, size, err)
 	}
 	if rank == 0 {
 		// Every rank has read the id once all ranks are past init.
@@ -379,11 +379,11 @@ func keepNVLSOff() {
 func (c *Comm) openLocal(localRank, localWorld int) error {
 	lib, err := c.rt.CCL()
 	if err != nil {
-		return fmt.Errorf("ncclcomm: no %s: %w", c.rt.CCLName(), err)
+		return fmt.Errorf("devcomm: no %s: %w", c.rt.CCLName(), err)
 	}
 	c.lib = lib
 	if err := c.rt.DriverAvailable(); err != nil {
-		return fmt.Errorf("ncclcomm: no %s: %w", driverName(c.rt), err)
+		return fmt.Errorf("devcomm: no %s: %w", driverName(c.rt), err)
 	}
 	n, err := c.rt.DeviceCount()
 	if err != nil {
@@ -393,13 +393,13 @@ func (c *Comm) openLocal(localRank, localWorld int) error {
 	if ord < 0 {
 		switch {
 		case n == 0:
-			return fmt.Errorf("ncclcomm: the %s sees no GPU", driverName(c.rt))
+			return fmt.Errorf("devcomm: the %s sees no GPU", driverName(c.rt))
 		case localRank < n:
 			ord = localRank
 		case n == 1:
 			ord = 0 // one visible GPU per process (CUDA_VISIBLE_DEVICES per rank)
 		default:
-			return fmt.Errorf("ncclcomm: local rank %d of %d has no GPU of its own: %d visible, and NCCL refuses two ranks on one GPU", localRank, localWorld, n)
+			return fmt.Errorf("devcomm: local rank %d of %d has no GPU of its own: %d visible, and NCCL refuses two ranks on one GPU", localRank, localWorld, n)
 		}
 	}
 	if c.dev, err = gpu.OpenWith(c.rt, ord); err != nil {
@@ -449,7 +449,7 @@ func (c *Comm) agreeDevices(ctx context.Context, lerr error) error {
 		if lerr != nil {
 			return lerr
 		}
-		return fmt.Errorf("ncclcomm: New: comparing devices: %w", err)
+		return fmt.Errorf("devcomm: New: comparing devices: %w", err)
 	}
 	if lerr != nil {
 		return lerr
@@ -457,10 +457,10 @@ func (c *Comm) agreeDevices(ctx context.Context, lerr error) error {
 	for p := 0; p < c.size; p++ {
 		m := all[p*n : (p+1)*n]
 		if m[0] != 0 {
-			return fmt.Errorf("ncclcomm: New: rank %d could not open its GPU", p)
+			return fmt.Errorf("devcomm: New: rank %d could not open its GPU", p)
 		}
 		if p != c.rank && bytes.Equal(m, mine) {
-			return fmt.Errorf("ncclcomm: New: ranks %d and %d would share GPU %d of one host (NCCL refuses two ranks on one GPU): give every rank its own GPU (LOCAL_RANK or CUDA_VISIBLE_DEVICES)", min(p, c.rank), max(p, c.rank), c.dev.Ordinal())
+			return fmt.Errorf("devcomm: New: ranks %d and %d would share GPU %d of one host (NCCL refuses two ranks on one GPU): give every rank its own GPU (LOCAL_RANK or CUDA_VISIBLE_DEVICES)", min(p, c.rank), max(p, c.rank), c.dev.Ordinal())
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package ncclcomm
+package devcomm
 
 import (
 	"context"
@@ -402,23 +402,23 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 		return nil
 	}
 	if c.cfg.ipcBytes < minIPCBytes {
-		return fmt.Errorf("ncclcomm: New: %w: IPC capacity %d bytes is below the minimum %d", detcoll.ErrInvalidArgument, c.cfg.ipcBytes, minIPCBytes)
+		return fmt.Errorf("devcomm: New: %w: IPC capacity %d bytes is below the minimum %d", detcoll.ErrInvalidArgument, c.cfg.ipcBytes, minIPCBytes)
 	}
 	maxB, err := envInt(IPCBlocksEnv, ipcDefaultMaxBlocks, 1, ipcMaxB)
 	if err != nil {
-		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+		return fmt.Errorf("devcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
 	blockBytes, err := envInt(IPCBlockBytesEnv, ipcDefaultBlockBytes, 1024, 1<<30)
 	if err != nil {
-		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+		return fmt.Errorf("devcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
 	llBytes, err := envInt(IPCLLBytesEnv, AutoLLBytes, 0, 1<<30)
 	if err != nil {
-		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+		return fmt.Errorf("devcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
 	oneShot, err := envInt(IPCOneShotBytesEnv, AutoOneShotBytes, 0, 1<<40)
 	if err != nil {
-		return fmt.Errorf("ncclcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
+		return fmt.Errorf("devcomm: New: %w: %v", detcoll.ErrInvalidArgument, err)
 	}
 	st := &ipcState{rt: c.rt, args: c.rt.NewArgs(), geom: ipcGeom{w: w, capacity: c.cfg.ipcBytes &^ 255, maxBlocks: maxB, blockBytes: blockBytes,
 		llBytes: llBytes, oneShot: oneShot}, timeout: c.cfg.ipcTimeout}
@@ -443,13 +443,13 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 	all := make([]byte, ipcRecordBytes*w)
 	if err := c.host.AllGather(ctx, mine, all, dtype.Byte); err != nil {
 		c.dev.Do(func() error { st.free(); return nil })
-		return fmt.Errorf("ncclcomm: New: exchanging IPC handles: %w", err)
+		return fmt.Errorf("devcomm: New: exchanging IPC handles: %w", err)
 	}
 	rec := func(p int) []byte { return all[p*ipcRecordBytes : (p+1)*ipcRecordBytes] }
 	why, err := ipcDecide(all)
 	if err != nil {
 		c.dev.Do(func() error { st.free(); return nil })
-		return fmt.Errorf("ncclcomm: New: %w", err)
+		return fmt.Errorf("devcomm: New: %w", err)
 	}
 	if lerr != nil {
 		why = fmt.Sprintf("rank %d could not allocate or export its staging buffer: %v", c.rank, lerr)
@@ -467,7 +467,7 @@ func (c *Comm) setupIPC(ctx context.Context) error {
 	oks := make([]byte, w)
 	if err := c.host.AllGather(ctx, []byte{ok}, oks, dtype.Byte); err != nil {
 		c.dev.Do(func() error { st.free(); return nil })
-		return fmt.Errorf("ncclcomm: New: agreeing on IPC: %w", err)
+		return fmt.Errorf("devcomm: New: agreeing on IPC: %w", err)
 	}
 	for p := 0; p < w && why == ""; p++ {
 		if oks[p] == 0 {
@@ -727,7 +727,7 @@ func (c *Comm) closeIPC() error {
 	cancel()
 	ferr := c.dev.Do(func() error { return st.free() })
 	if berr != nil && c.poison == nil {
-		return fmt.Errorf("ncclcomm: Close: the IPC close handshake failed (freed anyway): %w", berr)
+		return fmt.Errorf("devcomm: Close: the IPC close handshake failed (freed anyway): %w", berr)
 	}
 	return ferr
 }

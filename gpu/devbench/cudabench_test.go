@@ -1,4 +1,4 @@
-package cudabench
+package devbench
 
 import (
 	"encoding/json"

@@ -14,20 +14,20 @@ import (
 
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/gpu/devbench"
 	"github.com/detcoll/detcoll/gpu/devrt/hiprt"
 	"github.com/detcoll/detcoll/gpu/rocm"
 )
 
 // The "rocm" device: detcoll's deterministic collectives on AMD GPUs over
-// RCCL (package gpu/ncclcomm on the HIP runtime, gpu/devrt/hiprt), measured
+// RCCL (package gpu/devcomm on the HIP runtime, gpu/devrt/hiprt), measured
 // against RCCL's own collectives. Never run on an AMD GPU (docs/rocm.md).
 func init() {
 	Backends["rocm"] = func(ctx context.Context, job *cluster.Job) (bench.Backend, error) {
-		return cudabench.NewVendor(ctx, job, "rocm")
+		return devbench.NewVendor(ctx, job, "rocm")
 	}
 	DeviceProbes["rocm"] = ROCmAvailable
-	cudabench.Versions["rocm"] = hiprt.Versions
+	devbench.Versions["rocm"] = hiprt.Versions
 	JobVerifiers["rocm"] = VerifyROCmJob
 	registerEnv(EnvSection{Kind: "rocm", Key: "rocm", Text: ROCmEnvReport, JSON: func() any { return rocm.Probe() }})
 }

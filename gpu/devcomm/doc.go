@@ -1,4 +1,4 @@
-// Package ncclcomm is detcoll's deterministic collectives on GPU device
+// Package devcomm is detcoll's deterministic collectives on GPU device
 // memory — NVIDIA over NCCL, or AMD over RCCL (WithVendor("rocm") or
 // DETCOLL_DEVICE=rocm; default: the first vendor linked in and usable, CUDA
 // first) through the vendor-neutral runtime of package gpu/devrt, one code
@@ -16,10 +16,10 @@
 // The calls are shaped like NCCL's: device buffers, element counts, a dtype
 // and a CUDA stream.
 //
-//	c, err := ncclcomm.New(ctx, job)              // job from cluster.Init
+//	c, err := devcomm.New(ctx, job)              // job from cluster.Init
 //	err = c.AllReduce(ctx, send, recv, count, detcoll.BF16)
-//	err = c.AllGather(ctx, send, recv, count, detcoll.BF16, ncclcomm.OnStream(s))
-//	err = c.ReduceScatter(ctx, send, recv, recvCount, detcoll.FP32, ncclcomm.WithAlgorithm(detcoll.A2ATree))
+//	err = c.AllGather(ctx, send, recv, count, detcoll.BF16, devcomm.OnStream(s))
+//	err = c.ReduceScatter(ctx, send, recv, recvCount, detcoll.FP32, devcomm.WithAlgorithm(detcoll.A2ATree))
 //
 // A Buffer is a device address plus the number of bytes the caller vouches
 // for; every call checks its element count against that size, so a count
@@ -75,7 +75,7 @@
 //
 // New joins the communicator of a launched job (cluster.Job): rank 0 calls
 // ncclGetUniqueId and publishes the id in the job's store under a key below
-// the prefix (default "detcoll/ncclcomm"), every rank reads it and calls
+// the prefix (default "detcoll/devcomm"), every rank reads it and calls
 // ncclCommInitRank on GPU LOCAL_RANK (or WithDevice). NCCL refuses two ranks
 // on one GPU; New checks that first and says so. New sets NCCL_NVLS_ENABLE=0
 // in the process environment when it is unset (NVLink multicast stays off).
@@ -152,4 +152,4 @@
 // call or Synchronize; Close meets every rank before freeing the staging.
 // Without peer memory OneShot and TwoShot run as GatherTree and A2ATree.
 // docs/ipc.md has the protocol, the thresholds and their measurements.
-package ncclcomm
+package devcomm

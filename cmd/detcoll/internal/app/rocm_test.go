@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/detcoll/detcoll/gpu/cudabench"
+	"github.com/detcoll/detcoll/gpu/devbench"
 	"github.com/detcoll/detcoll/internal/hip"
 )
 
@@ -22,7 +22,7 @@ func TestROCmRegistered(t *testing.T) {
 	}
 	// The report's HIP versions. Debian's libamdhip64.so.5 (where installed)
 	// loads without a GPU and answers both calls.
-	if v, ok := cudabench.Versions["rocm"]; !ok {
+	if v, ok := devbench.Versions["rocm"]; !ok {
 		t.Fatal("no rocm versions for the bench report")
 	} else if driver, runtime := v(); hip.Load() == nil && (driver == "" || runtime == "") {
 		t.Errorf("HIP runtime loads, but the report versions are driver %q, runtime %q", driver, runtime)
