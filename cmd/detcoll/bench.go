@@ -10,8 +10,8 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
-	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/cmd/detcoll/internal/app"
+	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/reduce"
 )
 

@@ -10,8 +10,8 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/devcomm"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/parallel"
 )
 

@@ -27,8 +27,8 @@ import (
 // refused with ErrInvalidArgument.
 type Backend struct {
 	Comm     *devcomm.Comm // the TP group on the device (nil: TP = 1)
-	Device   *gpu.Device    // used when Comm is nil
-	Pedantic bool           // see Config.Pedantic
+	Device   *gpu.Device   // used when Comm is nil
+	Pedantic bool          // see Config.Pedantic
 }
 
 var _ parallel.GPUBackend = (*Backend)(nil)

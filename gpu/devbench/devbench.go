@@ -45,8 +45,8 @@ import (
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/devcomm"
+	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/ccl"
 )
 
