@@ -278,7 +278,7 @@ func (c *Comm) reduceScatter(ctx context.Context, th uint32, sends, recvs [][]by
 
 // exchangeLanes sends lanes 0…k-1 to every peer in order and receives the
 // peer's lanes in order: one goroutine per direction and peer.
-func (c *Comm) exchangeLanes(ctx context.Context, tg uint32, sendBuf, recvBuf func(p, lane int) []byte, k int) error {
+func (c *Comm) exchangeLanes(ctx context.Context, tg transport.Tag, sendBuf, recvBuf func(p, lane int) []byte, k int) error {
 	if c.size == 1 {
 		return nil
 	}

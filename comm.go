@@ -269,12 +269,12 @@ const (
 	phaseSplit
 )
 
-func tag(phase, h uint32) uint32 { return phase<<24 | h&0xFFFFFF }
+func tag(phase, h uint32) transport.Tag { return transport.Tag{Phase: phase, Sig: uint64(h)} }
 
 // exchange runs, concurrently for every peer p, Send(sendBuf(p)) and
 // Recv(recvBuf(p)), skipping either when its ok result is false. The first
 // error cancels the rest.
-func (c *Comm) exchange(ctx context.Context, tg uint32, sendBuf, recvBuf func(p int) ([]byte, bool)) error {
+func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool)) error {
 	if c.size == 1 {
 		return nil
 	}
@@ -331,7 +331,7 @@ func (c *Comm) exchange(ctx context.Context, tg uint32, sendBuf, recvBuf func(p 
 
 // allGatherBlocks sends mine to every peer and receives peer p's block into
 // blocks[p]. blocks[c.rank] is not touched.
-func (c *Comm) allGatherBlocks(ctx context.Context, tg uint32, mine []byte, blocks func(p int) []byte) error {
+func (c *Comm) allGatherBlocks(ctx context.Context, tg transport.Tag, mine []byte, blocks func(p int) []byte) error {
 	return c.exchange(ctx, tg,
 		func(int) ([]byte, bool) { return mine, true },
 		func(p int) ([]byte, bool) { return blocks(p), true })
@@ -476,11 +476,11 @@ func (c *Comm) mismatch(err error, s signature) error {
 			peerTag = te.Want // the peer received our message and wanted Want
 		}
 		switch {
-		case peerTag>>24 == phaseSig:
+		case peerTag.Phase == phaseSig:
 			what = "a collective it had not called before (its signature is being validated)"
 		default:
 			for ps, h := range c.sigs {
-				if h&0xFFFFFF == peerTag&0xFFFFFF {
+				if uint64(h) == peerTag.Sig {
 					what = ps.String()
 					break
 				}

@@ -44,8 +44,8 @@ func input(rank int) []byte {
 // (after the signature exchange): a rank dying in the middle of a collective.
 type killer struct{ transport.Transport }
 
-func (k killer) Send(ctx context.Context, peer int, tag uint32, buf []byte) error {
-	if tag>>24 != 1 { // not the signature phase
+func (k killer) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if tag.Phase != 1 { // not the signature phase
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}

@@ -5,7 +5,7 @@
 // # Contract
 //
 // A Transport connects the ranks 0 … Size()-1 of one group. Messages are
-// byte slices with a 32-bit tag. Between one ordered pair of ranks, messages
+// byte slices with a Tag (phase, call sequence number, signature hash). Between one ordered pair of ranks, messages
 // arrive in the order they were sent. Recv names the tag and the exact length
 // it expects; a message with another tag or length is an error
 // (ErrTagMismatch, ErrSizeMismatch), which is how a rank detects that a peer
@@ -34,12 +34,27 @@ import (
 	"fmt"
 )
 
+// Tag names a message: which step (Phase) of which call (Seq) of which
+// collective (Sig). The layer above chooses the values; a transport only
+// carries them and compares them for equality, so a receiver that expects
+// another step, another call or another collective than the peer sent gets
+// ErrTagMismatch before the payload is touched.
+type Tag struct {
+	Phase uint32 // the schedule step (gather, all-to-all, signature exchange, …)
+	Seq   uint64 // the communicator's call sequence number
+	Sig   uint64 // the full 64-bit hash of the collective's signature
+}
+
+func (t Tag) String() string {
+	return fmt.Sprintf("phase %#x seq %d sig %#016x", t.Phase, t.Seq, t.Sig)
+}
+
 // Transport moves tagged byte messages between ranks. See the package doc.
 type Transport interface {
 	Rank() int
 	Size() int
-	Send(ctx context.Context, peer int, tag uint32, buf []byte) error
-	Recv(ctx context.Context, peer int, tag uint32, buf []byte) error
+	Send(ctx context.Context, peer int, tag Tag, buf []byte) error
+	Recv(ctx context.Context, peer int, tag Tag, buf []byte) error
 	Close() error
 }
 
@@ -72,11 +87,11 @@ var (
 // matches ErrTagMismatch with errors.Is; Got lets the layer above say what
 // the peer was doing.
 type TagError struct {
-	Got, Want uint32
+	Got, Want Tag
 }
 
 func (e *TagError) Error() string {
-	return fmt.Sprintf("%v: got tag %#x, want %#x", ErrTagMismatch, e.Got, e.Want)
+	return fmt.Sprintf("%v: got %v, want %v", ErrTagMismatch, e.Got, e.Want)
 }
 
 // Is makes errors.Is(err, ErrTagMismatch) hold.

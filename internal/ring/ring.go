@@ -64,7 +64,7 @@ const (
 	PhaseAllGather     uint32 = 0xF2
 )
 
-func wireTag(phase, tag uint32) uint32 { return phase<<24 | tag&0xFFFFFF }
+func wireTag(phase, tag uint32) transport.Tag { return transport.Tag{Phase: phase, Sig: uint64(tag)} }
 
 func mod(a, w int) int { return ((a % w) + w) % w }
 
@@ -213,7 +213,7 @@ func allGatherRing(ctx context.Context, t transport.Transport, tag uint32, chunk
 
 // step sends out to right and receives in from left concurrently. Empty
 // buffers are skipped on both sides (both ends know the chunk sizes).
-func step(ctx context.Context, t transport.Transport, tg uint32, right int, out []byte, left int, in []byte) error {
+func step(ctx context.Context, t transport.Transport, tg transport.Tag, right int, out []byte, left int, in []byte) error {
 	var sendErr chan error
 	if len(out) > 0 {
 		sendErr = make(chan error, 1)

@@ -12,7 +12,7 @@ import (
 )
 
 type msg struct {
-	tag  uint32
+	tag  transport.Tag
 	buf  []byte
 	done chan error // receiver reports the outcome; buffered 1
 }
@@ -106,7 +106,7 @@ func (t *Transport) fail(op string, peer int, err error) error {
 	return &transport.Error{Op: op, Rank: t.rank, Peer: peer, Err: err}
 }
 
-func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) error {
+func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
 	if err := transport.CheckPeer("send", t.rank, t.g.n, peer); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) 
 	return nil
 }
 
-func (t *Transport) Recv(ctx context.Context, peer int, tag uint32, buf []byte) error {
+func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
 	if err := transport.CheckPeer("recv", t.rank, t.g.n, peer); err != nil {
 		return err
 	}

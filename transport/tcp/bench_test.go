@@ -61,7 +61,7 @@ func streamFramed(b *testing.B, n int, opt Options) {
 	done := make(chan error, 1)
 	go func() {
 		for range b.N {
-			if err := c.Recv(ctx, 0, 1, dst); err != nil {
+			if err := c.Recv(ctx, 0, tg(1), dst); err != nil {
 				done <- err
 				return
 			}
@@ -69,7 +69,7 @@ func streamFramed(b *testing.B, n int, opt Options) {
 		done <- nil
 	}()
 	for range b.N {
-		if err := a.Send(ctx, 1, 1, src); err != nil {
+		if err := a.Send(ctx, 1, tg(1), src); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -131,11 +131,11 @@ func pingPongFramed(b *testing.B, n int, opt Options) {
 	go func() {
 		buf := make([]byte, n)
 		for range b.N {
-			if err := c.Recv(ctx, 0, 1, buf); err != nil {
+			if err := c.Recv(ctx, 0, tg(1), buf); err != nil {
 				done <- err
 				return
 			}
-			if err := c.Send(ctx, 0, 2, buf); err != nil {
+			if err := c.Send(ctx, 0, tg(2), buf); err != nil {
 				done <- err
 				return
 			}
@@ -143,10 +143,10 @@ func pingPongFramed(b *testing.B, n int, opt Options) {
 		done <- nil
 	}()
 	for range b.N {
-		if err := a.Send(ctx, 1, 1, ping); err != nil {
+		if err := a.Send(ctx, 1, tg(1), ping); err != nil {
 			b.Fatal(err)
 		}
-		if err := a.Recv(ctx, 1, 2, pong); err != nil {
+		if err := a.Recv(ctx, 1, tg(2), pong); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -27,9 +27,9 @@
 //
 // # Frames
 //
-// Every message is one frame: a 32-byte little-endian header
+// Every message is one frame: a 48-byte little-endian header
 //
-//	magic "dcF1" | tag uint32 | payload length uint64 | chunk shift uint8 |
+//	magic "dcF2" | tag phase uint32 | tag seq uint64 | tag sig uint64 | payload length uint64 | chunk shift uint8 |
 //	7 reserved zero bytes | CRC-32C of the first chunk | CRC-32C of the header
 //
 // then the payload in chunks of 1<<shift bytes (one chunk when shift is 0),

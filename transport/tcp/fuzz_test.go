@@ -3,6 +3,8 @@ package tcp
 import (
 	"bytes"
 	"testing"
+
+	"github.com/detcoll/detcoll/transport"
 )
 
 // FuzzFrameHeader feeds arbitrary bytes to the frame-header and handshake
@@ -10,9 +12,9 @@ import (
 // accept must re-encode to the same bytes and describe a sane chunking.
 func FuzzFrameHeader(f *testing.F) {
 	var fb [frameHeaderLen]byte
-	encodeFrameHeader(&fb, frameHeader{tag: 7, length: 100, crc: 0xdeadbeef})
+	encodeFrameHeader(&fb, frameHeader{tag: tg(7), length: 100, crc: 0xdeadbeef})
 	f.Add(fb[:])
-	encodeFrameHeader(&fb, frameHeader{tag: ^uint32(0), length: ^uint64(0), shift: maxChunkShift, crc: 1})
+	encodeFrameHeader(&fb, frameHeader{tag: transport.Tag{Phase: ^uint32(0), Seq: ^uint64(0), Sig: ^uint64(0)}, length: ^uint64(0), shift: maxChunkShift, crc: 1})
 	f.Add(fb[:])
 	encodeFrameHeader(&fb, frameHeader{length: 1 << 20, shift: minChunkShift})
 	f.Add(fb[:])
@@ -22,7 +24,7 @@ func FuzzFrameHeader(f *testing.F) {
 	encodeHello(&hb, hello{version: protocolVersion, kind: kindReject, reason: reasonSize})
 	f.Add(hb[:])
 	f.Add([]byte{})
-	f.Add([]byte("dcF1"))
+	f.Add([]byte("dcF2"))
 	f.Add([]byte("dcH1\x01\x00\x01\x00"))
 	f.Add(bytes.Repeat([]byte{0xff}, 64))
 

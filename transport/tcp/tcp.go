@@ -218,7 +218,7 @@ func (t *Transport) usable(p *peer, recv bool) error {
 // Send writes one frame to peer. It returns once the kernel has taken the
 // whole frame, which for messages larger than the socket buffers means the
 // peer is receiving it.
-func (t *Transport) Send(ctx context.Context, peer int, tag uint32, buf []byte) error {
+func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
 	if err := transport.CheckPeer("send", t.rank, t.size, peer); err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func (d *direction) crcLoop() {
 	}
 }
 
-func (d *direction) writeFrame(tag uint32, buf []byte, shift uint8) (moved bool, err error) {
+func (d *direction) writeFrame(tag transport.Tag, buf []byte, shift uint8) (moved bool, err error) {
 	defer clear(d.bufs[:]) // do not keep the caller's buffer
 	n := len(buf)
 	first := n
@@ -303,7 +303,7 @@ func (d *direction) writeFrame(tag uint32, buf []byte, shift uint8) (moved bool,
 
 // writeChunksParallel writes a frame of k chunks while the helper computes
 // their checksums ahead of it.
-func (d *direction) writeChunksParallel(tag uint32, buf []byte, shift uint8, k int) (moved bool, err error) {
+func (d *direction) writeChunksParallel(tag transport.Tag, buf []byte, shift uint8, k int) (moved bool, err error) {
 	if cap(d.crcs) < k {
 		d.crcs = make([]uint32, k) // grows with this rank's own largest message only
 	}
@@ -343,7 +343,7 @@ func (d *direction) writeChunksParallel(tag uint32, buf []byte, shift uint8, k i
 
 // Recv reads one frame from peer straight into buf. The frame must carry tag
 // and exactly len(buf) bytes.
-func (t *Transport) Recv(ctx context.Context, peer int, tag uint32, buf []byte) error {
+func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
 	if err := transport.CheckPeer("recv", t.rank, t.size, peer); err != nil {
 		return err
 	}
@@ -396,7 +396,7 @@ func (d *direction) readSum(b []byte) (uint32, error) {
 	return sum, nil
 }
 
-func (d *direction) readFrame(tag uint32, buf []byte) (moved bool, err error) {
+func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err error) {
 	if n, err := io.ReadFull(d.c, d.hdr[:]); err != nil {
 		return n > 0, err
 	}

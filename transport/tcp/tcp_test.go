@@ -112,9 +112,9 @@ func exchange(t *testing.T, a, b *Transport, tag uint32, want []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- a.Send(ctx, b.Rank(), tag, want) }()
+	go func() { errc <- a.Send(ctx, b.Rank(), tg(tag), want) }()
 	got := make([]byte, len(want))
-	if err := b.Recv(ctx, a.Rank(), tag, got); err != nil {
+	if err := b.Recv(ctx, a.Rank(), tg(tag), got); err != nil {
 		t.Fatalf("recv %d bytes: %v", len(want), err)
 	}
 	if err := <-errc; err != nil {
@@ -279,12 +279,12 @@ func rawHello(ctx context.Context, st Rendezvous, prefix string, h hello) (*net.
 
 func header(tag uint32, length uint64, shift uint8, crc uint32) []byte {
 	var b [frameHeaderLen]byte
-	encodeFrameHeader(&b, frameHeader{tag: tag, length: length, shift: shift, crc: crc})
+	encodeFrameHeader(&b, frameHeader{tag: tg(tag), length: length, shift: shift, crc: crc})
 	return b[:]
 }
 
 func resealHeader(b []byte) []byte {
-	binary.LittleEndian.PutUint32(b[28:32], crc32c(b[0:28]))
+	binary.LittleEndian.PutUint32(b[44:48], crc32c(b[0:44]))
 	return b
 }
 
@@ -320,17 +320,29 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 		want   error
 		noHang bool
 	}{
-		{name: "garbage", wire: []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n....."), size: 8, want: transport.ErrCorrupt},
+		{name: "garbage", wire: []byte("GET / HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n.........."), size: 8, want: transport.ErrCorrupt},
 		{name: "header checksum", wire: func() []byte { b := header(7, 100, 0, crc32c(p100)); b[5] ^= 1; return append(b, p100...) }(), size: 100, want: transport.ErrCorrupt},
 		{name: "reserved bytes", wire: func() []byte {
 			b := header(7, 100, 0, crc32c(p100))
-			b[20] = 1
+			b[36] = 1
 			return append(resealHeader(b), p100...)
 		}(), size: 100, want: transport.ErrCorrupt},
 		{name: "chunk shift", wire: append(header(7, 100, 5, crc32c(p100)), p100...), size: 100, want: transport.ErrCorrupt},
 		{name: "payload checksum", wire: chunkedFrame(7, p100, 0, 0), size: 100, want: transport.ErrCorrupt},
 		{name: "third chunk checksum", wire: chunkedFrame(7, p10k, 12, 2), size: 10000, want: transport.ErrCorrupt},
 		{name: "wrong tag", wire: chunkedFrame(8, p100, 0, -1), size: 100, want: transport.ErrTagMismatch},
+		{name: "wrong sequence number", wire: func() []byte {
+			b := chunkedFrame(7, p100, 0, -1)
+			b[8] ^= 1
+			resealHeader(b)
+			return b
+		}(), size: 100, want: transport.ErrTagMismatch},
+		{name: "wrong signature hash", wire: func() []byte {
+			b := chunkedFrame(7, p100, 0, -1)
+			b[23] ^= 0x80
+			resealHeader(b)
+			return b
+		}(), size: 100, want: transport.ErrTagMismatch},
 		{name: "oversized length", wire: header(7, 1<<62, 0, 0), size: 100, want: transport.ErrSizeMismatch},
 		{name: "max length", wire: header(7, ^uint64(0), 30, 0), size: 0, want: transport.ErrSizeMismatch},
 		{name: "closed before a frame", close: true, size: 8, want: transport.ErrPeerClosed},
@@ -351,7 +363,7 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			start := time.Now()
-			err := tr.Recv(ctx, 1, 7, make([]byte, tc.size))
+			err := tr.Recv(ctx, 1, tg(7), make([]byte, tc.size))
 			runtime.ReadMemStats(&after)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("want %v, got %v", tc.want, err)
@@ -368,7 +380,7 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 			}
 			// The stream is out of step: later calls fail at once, and the
 			// raw peer sees the connection closed.
-			err = tr.Recv(ctx, 1, 7, make([]byte, tc.size))
+			err = tr.Recv(ctx, 1, tg(7), make([]byte, tc.size))
 			if !errors.Is(err, ErrBroken) {
 				t.Fatalf("second recv: want ErrBroken, got %v", err)
 			}
@@ -376,7 +388,7 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 			// stay in step until the connection closes (mismatchLinger), so
 			// the peer can read what this rank sent and see the mismatch too.
 			// A corrupt frame breaks both directions at once.
-			err = tr.Send(ctx, 1, 7, nil)
+			err = tr.Send(ctx, 1, tg(7), nil)
 			if errors.Is(tc.want, transport.ErrTagMismatch) || errors.Is(tc.want, transport.ErrSizeMismatch) {
 				if err != nil {
 					t.Fatalf("send after a mismatch: want it to work during the linger, got %v", err)
@@ -400,7 +412,7 @@ func TestPeerKilledMidMessage(t *testing.T) {
 	payload := pattern(n, 5)
 	frame := chunkedFrame(3, payload, 20, -1)
 	errc := make(chan error, 1)
-	go func() { errc <- tr.Recv(context.Background(), 1, 3, make([]byte, n)) }()
+	go func() { errc <- tr.Recv(context.Background(), 1, tg(3), make([]byte, n)) }()
 	if _, err := raw.Write(frame[:len(frame)/2]); err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +436,7 @@ func TestContextMidFrameBreaksConnection(t *testing.T) {
 	const n = 64 << 20
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- ts[0].Send(ctx, 1, 1, make([]byte, n)) }()
+	go func() { errc <- ts[0].Send(ctx, 1, tg(1), make([]byte, n)) }()
 	time.Sleep(100 * time.Millisecond) // the socket buffers fill; the rest waits
 	cancel()
 	var err error
@@ -439,13 +451,13 @@ func TestContextMidFrameBreaksConnection(t *testing.T) {
 	// The receiver gets what was buffered, then the closed connection.
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer rcancel()
-	if err := ts[1].Recv(rctx, 0, 1, make([]byte, n)); !errors.Is(err, transport.ErrPeerClosed) {
+	if err := ts[1].Recv(rctx, 0, tg(1), make([]byte, n)); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Fatalf("receiver: want ErrPeerClosed, got %v", err)
 	}
-	if err := ts[0].Send(context.Background(), 1, 1, nil); !errors.Is(err, ErrBroken) {
+	if err := ts[0].Send(context.Background(), 1, tg(1), nil); !errors.Is(err, ErrBroken) {
 		t.Fatalf("later send: want ErrBroken, got %v", err)
 	}
-	if err := ts[0].Recv(context.Background(), 1, 1, nil); !errors.Is(err, ErrBroken) {
+	if err := ts[0].Recv(context.Background(), 1, tg(1), nil); !errors.Is(err, ErrBroken) {
 		t.Fatalf("later recv: want ErrBroken, got %v", err)
 	}
 }
@@ -455,14 +467,14 @@ func TestContextBeforeFrameKeepsConnection(t *testing.T) {
 	defer closeAll(ts)
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-		err := ts[1].Recv(ctx, 0, 1, make([]byte, 8))
+		err := ts[1].Recv(ctx, 0, tg(1), make([]byte, 8))
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBroken) {
 			t.Fatalf("want a plain DeadlineExceeded, got %v", err)
 		}
 		ctx, cancel = context.WithCancel(context.Background())
 		cancel()
-		if err := ts[0].Send(ctx, 1, 1, make([]byte, 8)); !errors.Is(err, context.Canceled) {
+		if err := ts[0].Send(ctx, 1, tg(1), make([]byte, 8)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("send with a cancelled context: %v", err)
 		}
 		// Still usable, with and without deadlines.
@@ -472,8 +484,8 @@ func TestContextBeforeFrameKeepsConnection(t *testing.T) {
 	for range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		errc := make(chan error, 1)
-		go func() { errc <- ts[0].Send(ctx, 1, 3, make([]byte, 100)) }()
-		err := ts[1].Recv(ctx, 0, 3, make([]byte, 100))
+		go func() { errc <- ts[0].Send(ctx, 1, tg(3), make([]byte, 100)) }()
+		err := ts[1].Recv(ctx, 0, tg(3), make([]byte, 100))
 		cancel()
 		if err != nil || <-errc != nil {
 			t.Fatalf("exchange after a cancel: %v", err)
@@ -485,7 +497,7 @@ func TestCloseUnblocksPendingSend(t *testing.T) {
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("closesend"), 2, Options{})
 	defer closeAll(ts)
 	errc := make(chan error, 1)
-	go func() { errc <- ts[0].Send(context.Background(), 1, 1, make([]byte, 64<<20)) }()
+	go func() { errc <- ts[0].Send(context.Background(), 1, tg(1), make([]byte, 64<<20)) }()
 	time.Sleep(50 * time.Millisecond)
 	ts[0].Close()
 	select {
@@ -499,7 +511,7 @@ func TestCloseUnblocksPendingSend(t *testing.T) {
 	// The peer's later calls fail instead of hanging.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := ts[1].Recv(ctx, 0, 1, make([]byte, 64<<20)); !errors.Is(err, transport.ErrPeerClosed) {
+	if err := ts[1].Recv(ctx, 0, tg(1), make([]byte, 64<<20)); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Fatalf("peer recv: want ErrPeerClosed, got %v", err)
 	}
 }
@@ -538,7 +550,7 @@ func TestGroupsNeverMix(t *testing.T) {
 					wg.Add(2)
 					go func() {
 						defer wg.Done()
-						if err := ts[from].Send(ctx, to, uint32(round), pattern(n, salt)); err != nil {
+						if err := ts[from].Send(ctx, to, tg(uint32(round)), pattern(n, salt)); err != nil {
 							t.Error(err)
 							errs.Add(1)
 						}
@@ -546,7 +558,7 @@ func TestGroupsNeverMix(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						got := make([]byte, n)
-						if err := ts[to].Recv(ctx, from, uint32(round), got); err != nil {
+						if err := ts[to].Recv(ctx, from, tg(uint32(round)), got); err != nil {
 							t.Error(err)
 							errs.Add(1)
 						} else if !bytes.Equal(got, pattern(n, salt)) {
@@ -795,7 +807,7 @@ func TestInvalidArguments(t *testing.T) {
 	if one.Name() != "tcp" || one.Size() != 1 {
 		t.Fatalf("%s size %d", one.Name(), one.Size())
 	}
-	if err := one.Send(ctx, 0, 0, nil); !errors.Is(err, transport.ErrInvalidPeer) {
+	if err := one.Send(ctx, 0, tg(0), nil); !errors.Is(err, transport.ErrInvalidPeer) {
 		t.Fatal(err)
 	}
 	s, err := one.Sub(ctx, 1, []int{0})
@@ -849,7 +861,7 @@ func TestSub(t *testing.T) {
 	// Closing the parent closes its subs.
 	subs := split(8, []int{0, 1, 2})
 	ts[1].Close()
-	if err := subs[1].Send(ctx, 0, 0, nil); !errors.Is(err, transport.ErrClosed) {
+	if err := subs[1].Send(ctx, 0, tg(0), nil); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("sub send after parent close: %v", err)
 	}
 	if _, err := ts[1].Sub(ctx, 9, []int{1, 2}); !errors.Is(err, transport.ErrClosed) {
@@ -925,16 +937,16 @@ func TestNoGoroutineLeakAfterClose(t *testing.T) {
 		for to := range 4 {
 			if from != to {
 				wg.Add(2)
-				go func() { defer wg.Done(); ts[from].Send(ctx, to, 1, pattern(100000, from)) }()
-				go func() { defer wg.Done(); ts[to].Recv(ctx, from, 1, make([]byte, 100000)) }()
+				go func() { defer wg.Done(); ts[from].Send(ctx, to, tg(1), pattern(100000, from)) }()
+				go func() { defer wg.Done(); ts[to].Recv(ctx, from, tg(1), make([]byte, 100000)) }()
 			}
 		}
 	}
 	wg.Wait()
 	// Leave calls pending, then close.
 	wg.Add(2)
-	go func() { defer wg.Done(); ts[1].Recv(context.Background(), 0, 1, make([]byte, 8)) }()
-	go func() { defer wg.Done(); ts[2].Send(context.Background(), 3, 1, make([]byte, 32<<20)) }()
+	go func() { defer wg.Done(); ts[1].Recv(context.Background(), 0, tg(1), make([]byte, 8)) }()
+	go func() { defer wg.Done(); ts[2].Send(context.Background(), 3, tg(1), make([]byte, 32<<20)) }()
 	time.Sleep(20 * time.Millisecond)
 	closeAll(ts)
 	wg.Wait()
@@ -957,12 +969,12 @@ func TestSendRecvDoNotAllocate(t *testing.T) {
 		done := make(chan error)
 		go func() {
 			for range go1 {
-				done <- ts[0].Send(ctx, 1, 9, src)
+				done <- ts[0].Send(ctx, 1, tg(9), src)
 			}
 		}()
 		allocs := testing.AllocsPerRun(50, func() {
 			go1 <- struct{}{}
-			if err := ts[1].Recv(ctx, 0, 9, dst); err != nil {
+			if err := ts[1].Recv(ctx, 0, tg(9), dst); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; err != nil {

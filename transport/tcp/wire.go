@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/fnv"
+
+	"github.com/detcoll/detcoll/transport"
 )
 
 // castagnoli is the CRC-32C table; hash/crc32 uses the SSE4.2 / ARMv8 CRC
@@ -14,28 +16,30 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// Frame header, 32 bytes, little-endian:
+// Frame header, 48 bytes, little-endian:
 //
 //	off len field
-//	  0   4 magic "dcF1"
-//	  4   4 tag
-//	  8   8 payload length in bytes
-//	 16   1 chunk shift: 0 = the payload is one chunk; 12…30 = chunks of 1<<shift bytes
-//	 17   7 reserved, zero
-//	 24   4 CRC-32C of the first chunk (of the whole payload when not chunked)
-//	 28   4 CRC-32C of bytes 0…27 of this header
+//	  0   4 magic "dcF2"
+//	  4   4 tag phase
+//	  8   8 tag sequence number
+//	 16   8 tag signature hash
+//	 24   8 payload length in bytes
+//	 32   1 chunk shift: 0 = the payload is one chunk; 12…30 = chunks of 1<<shift bytes
+//	 33   7 reserved, zero
+//	 40   4 CRC-32C of the first chunk (of the whole payload when not chunked)
+//	 44   4 CRC-32C of bytes 0…43 of this header
 //
 // The payload follows: the first chunk, then for every further chunk its
 // 4-byte CRC-32C followed by its bytes. The last chunk may be short.
 const (
-	frameHeaderLen = 32
-	frameMagic     = "dcF1"
+	frameHeaderLen = 48
+	frameMagic     = "dcF2"
 	minChunkShift  = 12
 	maxChunkShift  = 30
 )
 
 type frameHeader struct {
-	tag    uint32
+	tag    transport.Tag
 	length uint64
 	shift  uint8  // 0 or minChunkShift…maxChunkShift
 	crc    uint32 // CRC-32C of the first chunk
@@ -60,12 +64,14 @@ func (h *frameHeader) firstChunk() uint64 {
 
 func encodeFrameHeader(b *[frameHeaderLen]byte, h frameHeader) {
 	copy(b[0:4], frameMagic)
-	binary.LittleEndian.PutUint32(b[4:8], h.tag)
-	binary.LittleEndian.PutUint64(b[8:16], h.length)
-	b[16] = h.shift
-	clear(b[17:24])
-	binary.LittleEndian.PutUint32(b[24:28], h.crc)
-	binary.LittleEndian.PutUint32(b[28:32], crc32c(b[0:28]))
+	binary.LittleEndian.PutUint32(b[4:8], h.tag.Phase)
+	binary.LittleEndian.PutUint64(b[8:16], h.tag.Seq)
+	binary.LittleEndian.PutUint64(b[16:24], h.tag.Sig)
+	binary.LittleEndian.PutUint64(b[24:32], h.length)
+	b[32] = h.shift
+	clear(b[33:40])
+	binary.LittleEndian.PutUint32(b[40:44], h.crc)
+	binary.LittleEndian.PutUint32(b[44:48], crc32c(b[0:44]))
 }
 
 // decodeFrameHeader parses and validates a frame header. It never trusts the
@@ -78,19 +84,23 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	if string(b[0:4]) != frameMagic {
 		return frameHeader{}, fmt.Errorf("%w %q", errFrameMagic, b[0:4])
 	}
-	if got, want := crc32c(b[0:28]), binary.LittleEndian.Uint32(b[28:32]); got != want {
+	if got, want := crc32c(b[0:44]), binary.LittleEndian.Uint32(b[44:48]); got != want {
 		return frameHeader{}, fmt.Errorf("%w (%#08x, header says %#08x)", errHeaderCRC, got, want)
 	}
-	for _, x := range b[17:24] {
+	for _, x := range b[33:40] {
 		if x != 0 {
 			return frameHeader{}, errReserved
 		}
 	}
 	h := frameHeader{
-		tag:    binary.LittleEndian.Uint32(b[4:8]),
-		length: binary.LittleEndian.Uint64(b[8:16]),
-		shift:  b[16],
-		crc:    binary.LittleEndian.Uint32(b[24:28]),
+		tag: transport.Tag{
+			Phase: binary.LittleEndian.Uint32(b[4:8]),
+			Seq:   binary.LittleEndian.Uint64(b[8:16]),
+			Sig:   binary.LittleEndian.Uint64(b[16:24]),
+		},
+		length: binary.LittleEndian.Uint64(b[24:32]),
+		shift:  b[32],
+		crc:    binary.LittleEndian.Uint32(b[40:44]),
 	}
 	if h.shift != 0 && (h.shift < minChunkShift || h.shift > maxChunkShift) {
 		return frameHeader{}, fmt.Errorf("%w %d", errChunkShift, h.shift)

@@ -50,8 +50,8 @@ func Run(t *testing.T, f Factory) {
 			want := pattern(0, 1, n, n)
 			got := make([]byte, n)
 			errc := make(chan error, 1)
-			go func() { errc <- ts[0].Send(ctx, 1, 5, want) }()
-			if err := ts[1].Recv(ctx, 0, 5, got); err != nil {
+			go func() { errc <- ts[0].Send(ctx, 1, tg(5), want) }()
+			if err := ts[1].Recv(ctx, 0, tg(5), got); err != nil {
 				t.Fatalf("recv %d bytes: %v", n, err)
 			}
 			if err := <-errc; err != nil {
@@ -69,12 +69,12 @@ func Run(t *testing.T, f Factory) {
 		const k = 50
 		go func() {
 			for i := 0; i < k; i++ {
-				ts[0].Send(ctx, 1, uint32(i), pattern(0, 1, 16+i, i))
+				ts[0].Send(ctx, 1, tg(uint32(i)), pattern(0, 1, 16+i, i))
 			}
 		}()
 		for i := 0; i < k; i++ {
 			got := make([]byte, 16+i)
-			if err := ts[1].Recv(ctx, 0, uint32(i), got); err != nil {
+			if err := ts[1].Recv(ctx, 0, tg(uint32(i)), got); err != nil {
 				t.Fatalf("message %d: %v", i, err)
 			}
 			if !bytes.Equal(got, pattern(0, 1, 16+i, i)) {
@@ -91,14 +91,26 @@ func Run(t *testing.T, f Factory) {
 		}
 	})
 	t.Run("TagMismatch", func(t *testing.T) {
-		ts := f(t, 2)
-		defer closeAll(ts)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		go ts[0].Send(ctx, 1, 1, make([]byte, 8))
-		err := ts[1].Recv(ctx, 0, 2, make([]byte, 8))
-		if !errors.Is(err, transport.ErrTagMismatch) {
-			t.Fatalf("want ErrTagMismatch, got %v", err)
+		// Every field of the tag counts: a peer one call ahead (Seq) or in
+		// another collective with the same phase (Sig) is a mismatch too.
+		sent := transport.Tag{Phase: 1, Seq: 9, Sig: 0xfeedface_00000001}
+		for name, want := range map[string]transport.Tag{
+			"phase":     {Phase: 2, Seq: 9, Sig: sent.Sig},
+			"seq":       {Phase: 1, Seq: 10, Sig: sent.Sig},
+			"signature": {Phase: 1, Seq: 9, Sig: sent.Sig ^ 1<<63},
+		} {
+			t.Run(name, func(t *testing.T) {
+				ts := f(t, 2)
+				defer closeAll(ts)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				go ts[0].Send(ctx, 1, sent, make([]byte, 8))
+				err := ts[1].Recv(ctx, 0, want, make([]byte, 8))
+				var te *transport.TagError
+				if !errors.Is(err, transport.ErrTagMismatch) || !errors.As(err, &te) || te.Got != sent || te.Want != want {
+					t.Fatalf("want a TagError got %v want %v, got %v", sent, want, err)
+				}
+			})
 		}
 	})
 	t.Run("SizeMismatch", func(t *testing.T) {
@@ -106,8 +118,8 @@ func Run(t *testing.T, f Factory) {
 		defer closeAll(ts)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		go ts[0].Send(ctx, 1, 1, make([]byte, 8))
-		err := ts[1].Recv(ctx, 0, 1, make([]byte, 9))
+		go ts[0].Send(ctx, 1, tg(1), make([]byte, 8))
+		err := ts[1].Recv(ctx, 0, tg(1), make([]byte, 9))
 		if !errors.Is(err, transport.ErrSizeMismatch) {
 			t.Fatalf("want ErrSizeMismatch, got %v", err)
 		}
@@ -117,10 +129,10 @@ func Run(t *testing.T, f Factory) {
 		defer closeAll(ts)
 		ctx := context.Background()
 		for _, p := range []int{-1, 0, 2} {
-			if err := ts[0].Send(ctx, p, 0, nil); !errors.Is(err, transport.ErrInvalidPeer) {
+			if err := ts[0].Send(ctx, p, tg(0), nil); !errors.Is(err, transport.ErrInvalidPeer) {
 				t.Fatalf("send to %d: want ErrInvalidPeer, got %v", p, err)
 			}
-			if err := ts[0].Recv(ctx, p, 0, nil); !errors.Is(err, transport.ErrInvalidPeer) {
+			if err := ts[0].Recv(ctx, p, tg(0), nil); !errors.Is(err, transport.ErrInvalidPeer) {
 				t.Fatalf("recv from %d: want ErrInvalidPeer, got %v", p, err)
 			}
 		}
@@ -131,7 +143,7 @@ func Run(t *testing.T, f Factory) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		err := ts[1].Recv(ctx, 0, 0, make([]byte, 4))
+		err := ts[1].Recv(ctx, 0, tg(0), make([]byte, 4))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("want DeadlineExceeded, got %v", err)
 		}
@@ -144,15 +156,15 @@ func Run(t *testing.T, f Factory) {
 		defer closeAll(ts)
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
-		if err := ts[1].Recv(ctx, 0, 3, make([]byte, 4)); !errors.Is(err, context.DeadlineExceeded) {
+		if err := ts[1].Recv(ctx, 0, tg(3), make([]byte, 4)); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("want DeadlineExceeded, got %v", err)
 		}
 		// Nothing had moved: the pair still works.
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel2()
-		go ts[0].Send(ctx2, 1, 3, []byte{1, 2, 3, 4})
+		go ts[0].Send(ctx2, 1, tg(3), []byte{1, 2, 3, 4})
 		got := make([]byte, 4)
-		if err := ts[1].Recv(ctx2, 0, 3, got); err != nil || !bytes.Equal(got, []byte{1, 2, 3, 4}) {
+		if err := ts[1].Recv(ctx2, 0, tg(3), got); err != nil || !bytes.Equal(got, []byte{1, 2, 3, 4}) {
 			t.Fatalf("after a context error before any message: %v %v", got, err)
 		}
 	})
@@ -160,7 +172,7 @@ func Run(t *testing.T, f Factory) {
 		ts := f(t, 2)
 		defer closeAll(ts)
 		errc := make(chan error, 1)
-		go func() { errc <- ts[1].Recv(context.Background(), 0, 0, make([]byte, 4)) }()
+		go func() { errc <- ts[1].Recv(context.Background(), 0, tg(0), make([]byte, 4)) }()
 		time.Sleep(50 * time.Millisecond)
 		ts[1].Close()
 		select {
@@ -171,7 +183,7 @@ func Run(t *testing.T, f Factory) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("Close did not unblock Recv")
 		}
-		if err := ts[1].Send(context.Background(), 0, 0, nil); err == nil {
+		if err := ts[1].Send(context.Background(), 0, tg(0), nil); err == nil {
 			t.Fatal("send after close succeeded")
 		}
 		if err := ts[1].Close(); err != nil {
@@ -182,7 +194,7 @@ func Run(t *testing.T, f Factory) {
 		ts := f(t, 2)
 		defer closeAll(ts)
 		errc := make(chan error, 1)
-		go func() { errc <- ts[1].Recv(context.Background(), 0, 0, make([]byte, 4)) }()
+		go func() { errc <- ts[1].Recv(context.Background(), 0, tg(0), make([]byte, 4)) }()
 		time.Sleep(50 * time.Millisecond)
 		ts[0].Close()
 		select {
@@ -261,14 +273,14 @@ func allToAll(t *testing.T, ts []transport.Transport, n, salt int) {
 			wg.Add(2)
 			go func(from, to int) {
 				defer wg.Done()
-				if err := ts[from].Send(ctx, to, uint32(salt), pattern(from, to, n, salt)); err != nil {
+				if err := ts[from].Send(ctx, to, tg(uint32(salt)), pattern(from, to, n, salt)); err != nil {
 					errs <- err
 				}
 			}(from, to)
 			go func(from, to int) {
 				defer wg.Done()
 				got := make([]byte, n)
-				if err := ts[to].Recv(ctx, from, uint32(salt), got); err != nil {
+				if err := ts[to].Recv(ctx, from, tg(uint32(salt)), got); err != nil {
 					errs <- err
 					return
 				}
@@ -284,3 +296,6 @@ func allToAll(t *testing.T, ts []transport.Transport, n, salt int) {
 		t.Error(err)
 	}
 }
+
+// tg is the tag of phase n (sequence number and signature zero).
+func tg(n uint32) transport.Tag { return transport.Tag{Phase: n} }
