@@ -60,6 +60,29 @@ type Case interface {
 	Close() error
 }
 
+// InPlaceCase is a Case that can also run its deterministic collective in
+// place (all_reduce: recv = send; all_gather: send = this rank's block of
+// recv), as nccl-tests' in-place columns do. Run with Config.InPlace.
+type InPlaceCase interface {
+	Case
+	// InPlaceSupported reports whether this case's operation runs in place.
+	InPlaceSupported() bool
+	// ResetInPlace writes this rank's input into the in-place buffer.
+	ResetInPlace() error
+	// RunInPlace runs the collective in place iters times back to back and
+	// returns the mean time of one iteration. The buffer's contents drift
+	// from one iteration to the next (each sums the last's output), as in
+	// nccl-tests; ResetInPlace before a run whose output is checked.
+	RunInPlace(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error)
+	// InPlaceOutput is a host view or copy of the in-place buffer.
+	InPlaceOutput() ([]byte, error)
+}
+
+// Baseliner names what a backend's native columns run ("NCCL", "RCCL",
+// "ring (detcoll's reference of Gloo's order)"), recorded as the report's
+// baseline.
+type Baseliner interface{ Baseline() string }
+
 // DeviceInfo describes the device a backend runs on.
 type DeviceInfo struct {
 	Kind          string   `json:"kind"`           // "cpu", "cuda", "rocm"

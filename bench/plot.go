@@ -17,13 +17,36 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Plot draws the median latency against the input bytes per rank, both
 // axes logarithmic: one solid series per (operation, algorithm) of the
-// deterministic collectives and one dashed series per operation for native.
-// The format follows path's extension, ".svg" or ".png".
+// deterministic collectives and one dashed series per operation for the
+// baseline. The format follows path's extension, ".svg" or ".png".
 func (r *Report) Plot(path string) error {
+	return r.plot(path, "median latency, slowest rank (µs)", func(row Row) (float64, float64) {
+		return row.Deterministic.MedianUS, row.Native.MedianUS
+	})
+}
+
+// PlotBandwidth draws the bus bandwidth (nccl-tests' busbw, GB/s: see
+// BusBytes) against the input bytes per rank, as Plot does the latency.
+func (r *Report) PlotBandwidth(path string) error {
+	return r.plot(path, "bus bandwidth, slowest rank (GB/s)", func(row Row) (float64, float64) {
+		return row.BusGBps, row.NativeBusGBps
+	})
+}
+
+// BandwidthPlotPath is where `detcoll bench --plot P` writes the bandwidth
+// plot: P with "-bandwidth" before its extension.
+func BandwidthPlotPath(path string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-bandwidth" + ext
+}
+
+// plot draws one figure: y(row) of the deterministic rows and of the baseline.
+func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("bench: plot %s: want a .svg or .png file", path)
@@ -47,14 +70,23 @@ func (r *Report) Plot(path string) error {
 		}
 		m[x] = y
 	}
-	for _, row := range r.Rows {
-		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, row.Deterministic.MedianUS)
+	baseName := "native"
+	if r.Baseline != "" {
+		baseName = r.Baseline
+		if i := strings.Index(baseName, " ("); i > 0 {
+			baseName = baseName[:i] // "ring (detcoll's reference …)" → "ring"
+		}
 	}
 	for _, row := range r.Rows {
-		addPoint(key{row.Operation, "native", true}, row.InputBytes, row.Native.MedianUS)
+		det, _ := y(row)
+		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, det)
+	}
+	for _, row := range r.Rows {
+		_, base := y(row)
+		addPoint(key{row.Operation, baseName, true}, row.InputBytes, base)
 	}
 	if len(order) == 0 {
-		return fmt.Errorf("bench: plot %s: no positive latencies to plot", path)
+		return fmt.Errorf("bench: plot %s: no positive values to plot", path)
 	}
 
 	p := plot.New()
@@ -73,7 +105,7 @@ func (r *Report) Plot(path string) error {
 	}
 	p.Title.Text = fmt.Sprintf("detcoll bench: %s, W=%d, backend %s%s", strings.Join(dtl, "/"), r.WorldSize, r.Backend, via)
 	p.X.Label.Text = "input bytes per rank"
-	p.Y.Label.Text = "median latency, slowest rank (µs)"
+	p.Y.Label.Text = ylabel
 	// Both axes carry log10 of the value on a linear scale, with ticks
 	// labelled in the original units: gonum's LogScale centres the axis
 	// label on the arithmetic mean of the range, which pads a log axis
@@ -118,24 +150,24 @@ func (r *Report) Plot(path string) error {
 	p.X.Min, p.X.Max = math.Log10(xmin/1.3), math.Log10(xmax*1.3)
 	p.Y.Min, p.Y.Max = math.Log10(ymin/1.5), math.Log10(ymax*1.5)
 
-	wt, err := render(p, &legend, 9*vg.Inch, 5*vg.Inch, ext[1:])
+	wt, err := render(p, &legend, 10*vg.Inch, 5.5*vg.Inch, ext[1:])
 	if err != nil {
 		return fmt.Errorf("bench: plot: %w", err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".bench-plot-*"+ext)
 	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("bench: plot %s: %w", path, errors.Unwrap(err))
 	}
 	_, werr := wt.WriteTo(f)
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("bench: plot %s: %w", path, err)
+		return fmt.Errorf("bench: plot %s: writing failed", path)
 	}
 	os.Chmod(f.Name(), 0o644)
 	if err := os.Rename(f.Name(), path); err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("bench: plot %s: %w", path, errors.Unwrap(err))
 	}
 	return nil
 }
@@ -150,22 +182,41 @@ var palette = []color.Color{
 }
 
 // render draws the plot with the legend in a panel on its right, turning a
-// panic of the plotting library into an error.
+// panic of the plotting library into an error. The whole canvas is painted
+// white first and the legend panel has its own white box, so that viewers
+// that show transparency (rsvg, browsers in dark mode) see no gaps; SVG
+// embeds its fonts (Liberation, gonum's default), so that labels measure
+// as they were laid out on machines that do not have them installed.
 func render(p *plot.Plot, legend *plot.Legend, w, h vg.Length, format string) (wt io.WriterTo, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("rendering: %v", v)
 		}
 	}()
-	c, err := draw.NewFormattedCanvas(w, h, format)
-	if err != nil {
+	var c vg.CanvasWriterTo
+	if format == "svg" {
+		c = vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
+	} else if c, err = draw.NewFormattedCanvas(w, h, format); err != nil {
 		return nil, err
 	}
 	dc := draw.New(c)
-	legW := legend.Rectangle(dc).Size().X + legend.TextStyle.Width("  ")
+	white := color.White
+	dc.SetColor(white)
+	dc.Fill(dc.Rectangle.Path())
+	legW := legend.Rectangle(dc).Size().X + 2*legend.TextStyle.Width("  ")
+	p.BackgroundColor = white
 	p.Draw(draw.Crop(dc, 0, -legW, 0, 0))
 	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding + legend.TextStyle.Height("M")
-	legend.Draw(draw.Crop(dc, w-legW+legend.TextStyle.Width(" "), 0, 0, -top))
+	lc := draw.Crop(dc, w-legW+legend.TextStyle.Width(" "), -legend.TextStyle.Width(" "), 0, -top)
+	box := legend.Rectangle(lc)
+	pad := legend.TextStyle.Width(" ") / 2
+	box.Min.X, box.Min.Y, box.Max.X, box.Max.Y = box.Min.X-pad, box.Min.Y-pad, box.Max.X+pad, box.Max.Y+pad
+	dc.SetColor(white)
+	dc.Fill(box.Path())
+	dc.SetLineWidth(vg.Points(0.5))
+	dc.SetColor(color.Gray{Y: 0x99})
+	dc.Stroke(box.Path())
+	legend.Draw(lc)
 	return c, nil
 }
 

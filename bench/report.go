@@ -15,25 +15,29 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 )
 
-// SchemaV1 is the report's schema name (DESIGN.md section 8).
+// SchemaV1 is the report's schema name (docs/contract.md, "Report").
 const SchemaV1 = "detcoll.bench.v1"
 
 // ContractTree names detcoll's reduction tree in the report's contract.
 const ContractTree = "pairwise-adjacent-lower-left"
 
-// Report is a benchmark report, schema detcoll.bench.v1. Every field of
-// DESIGN.md section 8 is present; graph, seed and transport are additions
-// that make a run reproducible, and extra holds whatever the caller adds
-// (for example raw_loopback_gbps).
+// Report is a benchmark report, schema detcoll.bench.v1 (docs/contract.md,
+// "Report", lists every field). extra holds whatever the caller adds (for
+// example raw_loopback_gbps). Later v1 reports may add fields; readers
+// ignore the ones they do not know.
 type Report struct {
 	Schema               string         `json:"schema"`
 	DetcollVersion       string         `json:"detcoll_version"`
-	GitCommit            string         `json:"git_commit"`
-	StartedAt            string         `json:"started_at"` // RFC 3339, UTC, rank 0's clock
+	GitCommit            string         `json:"git_commit"`        // 40 hex digits or "unknown"
+	GitDirty             *bool          `json:"git_dirty"`         // uncommitted changes in the tree built; null when unknown
+	GitCommitSource      string         `json:"git_commit_source"` // ldflags, buildinfo, checkout or "" (see Build)
+	StartedAt            string         `json:"started_at"`        // RFC 3339, UTC, rank 0's clock
 	WorldSize            int            `json:"world_size"`
 	Nodes                int            `json:"nodes"`
 	Device               DeviceInfo     `json:"device"`
 	Backend              string         `json:"backend"`
+	Baseline             string         `json:"baseline"` // what the native columns ran: "NCCL", "RCCL", "ring (detcoll's reference of Gloo's order)"
+	Peer                 *PeerInfo      `json:"peer,omitempty"` // a real peer's figures (--peer), rows' peer_median_us
 	Transport            string         `json:"transport,omitempty"`
 	Contract             Contract       `json:"contract"`
 	Warmup               int            `json:"warmup"`
@@ -83,9 +87,31 @@ type Row struct {
 	// NaN against a number is +Inf). Native is a performance reference.
 	MaxAbsVsNative Float `json:"max_abs_vs_native"`
 
+	// WrongElements is the number of output elements, over every rank's
+	// checked range (see the package doc), that differ from the oracle:
+	// nccl-tests' #wrong. 0 when oracle_bitwise.
+	WrongElements int64 `json:"wrong_elements"`
+	// InPlace is the same algorithm run in place (recv = send for
+	// all_reduce, send = this rank's block of recv for all_gather), when
+	// the backend can (absent for reduce_scatter, which detcoll does not
+	// run in place).
+	InPlace *InPlace `json:"in_place,omitempty"`
+	// PeerMedianUS is the peer's median for this (operation, dtype,
+	// input_bytes) and LatencyRatioVsPeer the deterministic median over it,
+	// when the report has a peer with that row; else absent.
+	PeerMedianUS       float64 `json:"peer_median_us,omitempty"`
+	LatencyRatioVsPeer float64 `json:"latency_ratio_vs_peer,omitempty"`
+
 	WorkspaceBytes           int64 `json:"workspace_bytes"`             // detcoll workspace retained after the row (max over ranks)
 	PeakAllocatedBytes       int64 `json:"peak_allocated_bytes"`        // detcoll's peak extra allocation in the row (max over ranks)
 	NativePeakAllocatedBytes int64 `json:"native_peak_allocated_bytes"` // the native collective's (max over ranks)
+}
+
+// InPlace is a row's in-place measurement and check.
+type InPlace struct {
+	Timing        Timing `json:"timing"`
+	OracleBitwise bool   `json:"oracle_bitwise"`
+	WrongElements int64  `json:"wrong_elements"`
 }
 
 // Timing summarises samples; every sample is the slowest rank's mean time
