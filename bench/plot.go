@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"image/color"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +19,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
 )
 
 // Plot draws the median latency against the input bytes per rank, both
@@ -89,7 +92,7 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 		return fmt.Errorf("bench: plot %s: no positive values to plot", path)
 	}
 
-	p := plot.New()
+	p := newPlot()
 	dts := map[string]bool{}
 	for _, row := range r.Rows {
 		dts[row.DType] = true
@@ -113,6 +116,7 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 	p.X.Tick.Marker = bytesTicks{}
 	p.Y.Tick.Marker = decadeTicks{}
 	legend := plot.NewLegend()
+	legend.TextStyle.Font = plotFont(legend.TextStyle.Font.Size)
 	legend.Top, legend.Left = true, true
 	p.Add(plotter.NewGrid())
 
@@ -181,44 +185,86 @@ var palette = []color.Color{
 	color.RGBA{0xba, 0xb0, 0xac, 0xff}, color.RGBA{0x1f, 0x1f, 0x1f, 0xff}, color.RGBA{0x8c, 0x2d, 0x04, 0xff},
 }
 
+// plotFont is the plots' font: Liberation Sans, which SVG names with
+// metric-compatible fallbacks (svgFontFamily) so that text measured with
+// it here fits in viewers that do not have it.
+func plotFont(size vg.Length) font.Font {
+	return font.Font{Typeface: "Liberation", Variant: "Sans", Size: size}
+}
+
+// svgFontFamily replaces the font-family gonum writes (the one face) with
+// the face and its fallbacks, ending in the generic family.
+const svgFontFamily = "font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;"
+
+// newPlot is plot.New with plotFont on every text.
+func newPlot() *plot.Plot {
+	p := plot.New()
+	for _, t := range []*text.Style{&p.Title.TextStyle, &p.X.Label.TextStyle, &p.Y.Label.TextStyle, &p.X.Tick.Label, &p.Y.Tick.Label} {
+		t.Font = plotFont(t.Font.Size)
+	}
+	p.Title.Padding = vg.Points(6)
+	return p
+}
+
 // render draws the plot with the legend in a panel on its right, turning a
 // panic of the plotting library into an error. The whole canvas is painted
-// white first and the legend panel has its own white box, so that viewers
-// that show transparency (rsvg, browsers in dark mode) see no gaps; SVG
-// embeds its fonts (Liberation, gonum's default), so that labels measure
-// as they were laid out on machines that do not have them installed.
+// white first and the legend has its own opaque box, so that viewers that
+// show transparency (rsvg, browsers in dark mode) see no gaps. The legend
+// panel is wider than its measured text by a fifth: an SVG viewer without
+// Liberation Sans draws with a fallback that may be wider.
 func render(p *plot.Plot, legend *plot.Legend, w, h vg.Length, format string) (wt io.WriterTo, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("rendering: %v", v)
 		}
 	}()
-	var c vg.CanvasWriterTo
-	if format == "svg" {
-		c = vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(true))
-	} else if c, err = draw.NewFormattedCanvas(w, h, format); err != nil {
+	c, err := draw.NewFormattedCanvas(w, h, format)
+	if err != nil {
 		return nil, err
 	}
 	dc := draw.New(c)
 	white := color.White
 	dc.SetColor(white)
 	dc.Fill(dc.Rectangle.Path())
-	legW := legend.Rectangle(dc).Size().X + 2*legend.TextStyle.Width("  ")
+	space := legend.TextStyle.Width(" ")
+	textW := legend.Rectangle(dc).Size().X
+	legW := textW*1.2 + 4*space
 	p.BackgroundColor = white
 	p.Draw(draw.Crop(dc, 0, -legW, 0, 0))
-	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding + legend.TextStyle.Height("M")
-	lc := draw.Crop(dc, w-legW+legend.TextStyle.Width(" "), -legend.TextStyle.Width(" "), 0, -top)
-	box := legend.Rectangle(lc)
-	pad := legend.TextStyle.Width(" ") / 2
-	box.Min.X, box.Min.Y, box.Max.X, box.Max.Y = box.Min.X-pad, box.Min.Y-pad, box.Max.X+pad, box.Max.Y+pad
+	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + 2*p.Title.Padding + legend.TextStyle.Height("M")
+	lc := draw.Crop(dc, w-legW+2*space, -2*space, 0, -top)
+	lh := legend.Rectangle(lc).Size().Y
+	box := vg.Rectangle{
+		Min: vg.Point{X: lc.Min.X - space, Y: lc.Max.Y - lh - space/2},
+		Max: vg.Point{X: min(lc.Min.X+textW*1.2+space, w-space/2), Y: lc.Max.Y + space/2},
+	}
 	dc.SetColor(white)
 	dc.Fill(box.Path())
 	dc.SetLineWidth(vg.Points(0.5))
+	dc.SetLineDash(nil, 0)
 	dc.SetColor(color.Gray{Y: 0x99})
 	dc.Stroke(box.Path())
 	legend.Draw(lc)
+	if format == "svg" {
+		return svgFonts{c}, nil
+	}
 	return c, nil
 }
+
+// svgFonts rewrites the SVG's font-family declarations (svgFontFamily).
+type svgFonts struct{ c io.WriterTo }
+
+func (s svgFonts) WriteTo(w io.Writer) (int64, error) {
+	var b bytes.Buffer
+	if _, err := s.c.WriteTo(&b); err != nil {
+		return 0, err
+	}
+	out := fontFamilyRE.ReplaceAll(b.Bytes(), []byte(svgFontFamily))
+	n, err := w.Write(out)
+	return int64(n), err
+}
+
+var fontFamilyRE = regexp.MustCompile(`font-family:[^;"]*;`)
 
 // bytesTicks labels a log10(bytes) axis at powers of 4 (1 KiB, 4 KiB, …)
 // or, over wide ranges, powers of 16.

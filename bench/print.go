@@ -25,6 +25,7 @@ type RowPrinter struct {
 	w      io.Writer
 	format string
 	header bool
+	lastOp Op
 }
 
 // NewRowPrinter returns a printer of format ("table" or "nccl-tests") to w.
@@ -121,6 +122,10 @@ func (p *RowPrinter) Row(r *Report, row Row) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.format == "nccl-tests" {
+		if row.Operation != p.lastOp {
+			fmt.Fprintf(p.w, "# %s\n", row.Operation) // nccl-tests has one binary per operation
+			p.lastOp = row.Operation
+		}
 		io.WriteString(p.w, ncclTestsLine(r.WorldSize, row)+"\n")
 		return
 	}
