@@ -36,7 +36,7 @@ type Report struct {
 	Nodes                int            `json:"nodes"`
 	Device               DeviceInfo     `json:"device"`
 	Backend              string         `json:"backend"`
-	Baseline             string         `json:"baseline"` // what the native columns ran: "NCCL", "RCCL", "ring (detcoll's reference of Gloo's order)"
+	Baseline             string         `json:"baseline"`       // what the native columns ran: "NCCL", "RCCL", "ring (detcoll's reference of Gloo's order)"
 	Peer                 *PeerInfo      `json:"peer,omitempty"` // a real peer's figures (--peer), rows' peer_median_us
 	Transport            string         `json:"transport,omitempty"`
 	Contract             Contract       `json:"contract"`

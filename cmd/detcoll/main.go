@@ -69,7 +69,10 @@ func main() {
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "detcoll:", err)
+		var q interface{ Quiet() bool }
+		if !errors.As(err, &q) || !q.Quiet() {
+			fmt.Fprintln(os.Stderr, "detcoll:", err)
+		}
 		var ec interface{ ExitCode() int }
 		if errors.As(err, &ec) {
 			os.Exit(ec.ExitCode())

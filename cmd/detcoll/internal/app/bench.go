@@ -119,6 +119,9 @@ func Bench(ctx context.Context, o BenchOptions) error {
 	if err != nil {
 		if launched {
 			if env, eerr := launch.FromEnv(o.Getenv); eerr == nil && env.Rank != 0 {
+				// Rank 0 reports it; the others leave it a moment to do so
+				// before the launcher stops the job on their exit.
+				time.Sleep(time.Second)
 				return quietError{err}
 			}
 		}
