@@ -414,7 +414,8 @@ func TestConfigMismatch(t *testing.T) {
 		return c
 	}, nil)
 	for r, err := range errs {
-		if err == nil || !strings.Contains(err.Error(), "different configuration") {
+		// The field is named, with the two ranks.
+		if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "seed differs between rank") {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
