@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -77,6 +78,25 @@ type InPlaceCase interface {
 	// InPlaceOutput is a host view or copy of the in-place buffer.
 	InPlaceOutput() ([]byte, error)
 }
+
+// SymmetricCase is a Case whose native collective can also run on
+// symmetric registered buffers (NCCL ≥ 2.27: ncclMemAlloc +
+// ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), NCCL's fastest
+// path for small messages. The runner measures it beside the default
+// buffers and compares detcoll with the faster of the two.
+type SymmetricCase interface {
+	Case
+	// PrepareSymmetric allocates the symmetric buffers and uploads the
+	// input (local: nothing collective). It returns ErrNoSymmetric,
+	// wrapped with the reason, when the library cannot.
+	PrepareSymmetric(ctx context.Context) error
+	// RunNativeSymmetric is RunNative on the symmetric buffers; its first
+	// call registers the windows (collective: every rank calls it).
+	RunNativeSymmetric(ctx context.Context, iters int) (perIter time.Duration, err error)
+}
+
+// ErrNoSymmetric says that the native library has no symmetric buffers.
+var ErrNoSymmetric = errors.New("no symmetric-memory collectives in this library")
 
 // Baseliner names what a backend's native columns run ("NCCL", "RCCL",
 // "ring (detcoll's reference of Gloo's order)"), recorded as the report's

@@ -259,3 +259,77 @@ func TestPlotsRenderable(t *testing.T) {
 		}
 	}
 }
+
+// symBackend gives the CPU cases a "symmetric" native run twice as fast as
+// the default one (it runs the ring and reports half the time), on the
+// ranks where ok.
+type symBackend struct {
+	Backend
+	ok bool
+}
+
+func (b symBackend) Prepare(ctx context.Context, spec CaseSpec) (Case, error) {
+	c, err := b.Backend.Prepare(ctx, spec)
+	if err != nil {
+		return c, err
+	}
+	return &symCase{Case: c, ok: b.ok}, nil
+}
+
+type symCase struct {
+	Case
+	ok       bool
+	prepared bool
+	runs     int
+}
+
+func (c *symCase) PrepareSymmetric(context.Context) error {
+	if !c.ok {
+		return ErrNoSymmetric
+	}
+	c.prepared = true
+	return nil
+}
+
+func (c *symCase) RunNativeSymmetric(ctx context.Context, iters int) (time.Duration, error) {
+	if !c.prepared {
+		return 0, errors.New("not prepared")
+	}
+	c.runs++
+	d, err := c.Case.RunNative(ctx, iters)
+	return d / 2, err
+}
+
+// With symmetric buffers on every rank, both baselines are kept and the
+// ratio is against the faster; if one rank lacks them, the column is left
+// out everywhere and the run goes on.
+func TestSymmetricBaseline(t *testing.T) {
+	cfg := smallConfig()
+	cfg.SizesBytes = []int{4096}
+	rep := mustRun(t, 2, cfg, func(r int, b Backend) Backend { return symBackend{b, true} })
+	if err := rep.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rep.Rows {
+		s := row.NativeSymmetric
+		if s == nil || len(s.SamplesUS) != cfg.Samples {
+			t.Fatalf("%s %s: native_symmetric %+v", row.Operation, row.Algorithm, s)
+		}
+		best := min(s.MedianUS, row.Native.MedianUS)
+		wantBest := "default"
+		if s.MedianUS < row.Native.MedianUS {
+			wantBest = "symmetric"
+		}
+		if row.NativeBest != wantBest || row.LatencyRatioVsNative != row.Deterministic.MedianUS/best ||
+			row.LatencyRatioVsNativeDefault != row.Deterministic.MedianUS/row.Native.MedianUS {
+			t.Fatalf("%s %s: best %q (want %q), ratios %g %g", row.Operation, row.Algorithm, row.NativeBest, wantBest,
+				row.LatencyRatioVsNative, row.LatencyRatioVsNativeDefault)
+		}
+	}
+	rep = mustRun(t, 2, cfg, func(r int, b Backend) Backend { return symBackend{b, r == 0} })
+	for _, row := range rep.Rows {
+		if row.NativeSymmetric != nil || row.NativeBest != "default" || row.LatencyRatioVsNative != row.LatencyRatioVsNativeDefault {
+			t.Fatalf("%s: symmetric column with a rank that has none: %+v", row.Operation, row)
+		}
+	}
+}

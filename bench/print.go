@@ -43,7 +43,7 @@ var tableCols = []struct {
 	left bool
 }{
 	{"op", 14, true}, {"dtype", 5, true}, {"algorithm", 11, true}, {"bytes", 10, false},
-	{"det µs", 10, false}, {"base µs", 10, false}, {"ratio", 6, false},
+	{"det µs", 10, false}, {"base µs", 10, false}, {"sym µs", 10, false}, {"ratio", 6, false},
 	{"in GB/s", 8, false}, {"bus GB/s", 8, false}, {"base bus", 8, false},
 	{"repeat", 6, false}, {"oracle", 6, false}, {"max|Δ| vs base", 14, false},
 }
@@ -93,7 +93,7 @@ func (p *RowPrinter) Header(r *Report) {
 	fmt.Fprintf(&b, "%scontract %s, accumulate %s; warmup %d, %d iterations × %d samples, median of the slowest rank\n", lead,
 		r.Contract.Version, r.Contract.Accumulate, r.Warmup, r.Iterations, r.Samples)
 	if r.Baseline != "" {
-		fmt.Fprintf(&b, "%sbaseline (base): %s\n", lead, r.Baseline)
+		fmt.Fprintf(&b, "%sbaseline (base): %s; sym: the same on symmetric registered buffers where the library has them; ratio: det over the faster\n", lead, r.Baseline)
 	}
 	if r.Peer != nil {
 		fmt.Fprintf(&b, "%speer: %s (%s)\n", lead, r.Peer.Name, r.Peer.File)
@@ -130,7 +130,7 @@ func (p *RowPrinter) Row(r *Report, row Row) {
 		return
 	}
 	v := []string{string(row.Operation), row.DType, row.Algorithm, HumanBytes(row.InputBytes),
-		fixed(row.Deterministic.MedianUS, 1), fixed(row.Native.MedianUS, 1), fixed(row.LatencyRatioVsNative, 2),
+		fixed(row.Deterministic.MedianUS, 1), fixed(row.Native.MedianUS, 1), symUS(row), fixed(row.LatencyRatioVsNative, 2),
 		sig(row.InputGBps), sig(row.BusGBps), sig(row.NativeBusGBps),
 		mark(row.RepeatBitwise), mark(row.OracleBitwise), strconv.FormatFloat(float64(row.MaxAbsVsNative), 'g', 3, 64)}
 	var cells []string
@@ -147,6 +147,14 @@ func (p *RowPrinter) Row(r *Report, row Row) {
 		}
 	}
 	io.WriteString(p.w, strings.Join(cells, "  ")+"\n")
+}
+
+// symUS is the symmetric-buffer baseline's median, "-" without one.
+func symUS(row Row) string {
+	if row.NativeSymmetric == nil {
+		return "-"
+	}
+	return fixed(row.NativeSymmetric.MedianUS, 1)
 }
 
 // Footer prints the summary after the last row.

@@ -66,9 +66,16 @@ type Row struct {
 	InputBytes         int64  `json:"input_bytes"`          // per rank, as run (see Op)
 
 	Deterministic Timing `json:"deterministic"`
-	Native        Timing `json:"native"`
+	Native        Timing `json:"native"` // the baseline on default buffers
+	// NativeSymmetric is the baseline on symmetric registered buffers, when
+	// the backend and library have them (SymmetricCase); else absent.
+	NativeSymmetric *Timing `json:"native_symmetric,omitempty"`
+	// NativeBest is "default" or "symmetric": the faster baseline (by
+	// median), the one latency_ratio_vs_native divides by.
+	NativeBest string `json:"native_best"`
 
-	LatencyRatioVsNative float64 `json:"latency_ratio_vs_native"` // deterministic median / native median
+	LatencyRatioVsNative        float64 `json:"latency_ratio_vs_native"`         // deterministic median / the faster baseline's median
+	LatencyRatioVsNativeDefault float64 `json:"latency_ratio_vs_native_default"` // deterministic median / the default-buffer baseline's median
 	InputGBps            float64 `json:"input_gbps"`              // input_bytes / deterministic median, 1e9 B/s
 	NativeInputGBps      float64 `json:"native_input_gbps"`       // input_bytes / native median
 	BusGBps              float64 `json:"bus_gbps"`                // BusBytes / deterministic median
@@ -340,6 +347,12 @@ func (row Row) validate(samples int) error {
 		if !(v.v >= 0) || math.IsInf(v.v, 0) {
 			bad("%s = %g", v.name, v.v)
 		}
+	}
+	if row.NativeBest != "" && row.NativeBest != "default" && row.NativeBest != "symmetric" {
+		bad("native_best %q", row.NativeBest)
+	}
+	if row.NativeBest == "symmetric" && row.NativeSymmetric == nil {
+		bad("native_best symmetric without native_symmetric")
 	}
 	if !(float64(row.MaxAbsVsNative) >= 0) {
 		bad("max_abs_vs_native = %g", float64(row.MaxAbsVsNative))

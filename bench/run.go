@@ -243,6 +243,10 @@ func (r *runner) runCase(ctx context.Context, spec CaseSpec, requested int) ([]R
 	if err != nil {
 		return nil, err
 	}
+	sym, err := r.measureSymmetric(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 
 	names, algs := r.cfg.rowAlgorithms(spec.Op)
 	rows := make([]Row, 0, len(names))
@@ -254,6 +258,7 @@ func (r *runner) runCase(ctx context.Context, spec CaseSpec, requested int) ([]R
 		row.Algorithm = names[i]
 		row.RequestedSizeBytes = int64(requested)
 		row.Native = native
+		row.NativeSymmetric = sym
 		row.finish(r.w)
 		rows = append(rows, row)
 	}
@@ -484,9 +489,68 @@ func (r *runner) runInPlace(ctx context.Context, c InPlaceCase, spec CaseSpec, a
 	return ip, nil
 }
 
+// measureSymmetric measures the native collective on symmetric buffers
+// when every rank's case can (SymmetricCase, and the library has them);
+// nil when any rank cannot.
+func (r *runner) measureSymmetric(ctx context.Context, c Case) (*Timing, error) {
+	sc, ok := c.(SymmetricCase)
+	var local error
+	if !ok {
+		local = ErrNoSymmetric
+	} else {
+		pctx, cancel := r.phase(ctx)
+		local = sc.PrepareSymmetric(pctx)
+		cancel()
+	}
+	// Every rank learns whether every rank can; a rank that cannot is not
+	// a failure, it leaves the column out.
+	var b [1]byte
+	if local != nil {
+		b[0] = 1
+		if !errors.Is(local, ErrNoSymmetric) {
+			b[0] = 2
+		}
+	}
+	pctx, cancel := r.phase(ctx)
+	all, err := r.gather(pctx, b[:])
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("bench: agreeing on symmetric buffers: %w", err)
+	}
+	for p, v := range all {
+		switch {
+		case v == 2 && p == r.rank:
+			return nil, fmt.Errorf("bench: preparing symmetric buffers: %w", local)
+		case v == 2:
+			return nil, fmt.Errorf("bench: preparing symmetric buffers: rank %d: %w", p, errPeer)
+		case v == 1:
+			return nil, nil
+		}
+	}
+	pctx, cancel = r.phase(ctx)
+	_, err = sc.RunNativeSymmetric(pctx, 1)
+	err = r.agree(pctx, err, "native first run on symmetric buffers")
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.measure(ctx, sc.RunNativeSymmetric)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 // finish computes the derived figures of a row.
 func (row *Row) finish(w int) {
 	det, nat := row.Deterministic.MedianUS, row.Native.MedianUS
+	if det > 0 && nat > 0 {
+		row.LatencyRatioVsNativeDefault = det / nat
+	}
+	row.NativeBest = "default"
+	if s := row.NativeSymmetric; s != nil && s.MedianUS > 0 && (s.MedianUS < nat || !(nat > 0)) {
+		row.NativeBest, nat = "symmetric", s.MedianUS
+	}
 	if det > 0 && nat > 0 {
 		row.LatencyRatioVsNative = det / nat
 	}

@@ -159,6 +159,15 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+// Baseline names the native columns: "NCCL" or "RCCL" (the symmetric
+// column, where there is one, is the same library on registered buffers).
+func (b *Backend) Baseline() string {
+	if b.comm.Vendor() == "rocm" {
+		return "RCCL"
+	}
+	return "NCCL"
+}
+
 // Name is "cuda" (or "rocm", from NewVendor).
 func (b *Backend) Name() string { return b.comm.Vendor() }
 
@@ -220,7 +229,8 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 }
 
 type graphKey struct {
-	native bool
+	native    bool
+	symmetric bool
 	alg    detcoll.Algorithm
 	acc    detcoll.Accumulate
 	iters  int
@@ -242,6 +252,12 @@ type gpuCase struct {
 
 	natFree0 uint64
 	natPeak  int
+
+	// The symmetric-buffer baseline (SymmetricCase): ncclMemAlloc'd input
+	// and output, registered as NCCL_WIN_COLL_SYMMETRIC windows on the
+	// first run.
+	ssend, srecv uint64
+	swin         []*ccl.Window
 	detFree0 uint64
 	detPeak  int
 }
@@ -259,6 +275,11 @@ func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Ac
 }
 
 func (k *gpuCase) native() (func() error, error) {
+	return k.nativeOn(uint64(k.send.Ptr), uint64(k.nrecv.Ptr))
+}
+
+// nativeOn is the native collective from send into recv.
+func (k *gpuCase) nativeOn(send, recv uint64) (func() error, error) {
 	nc := k.c.CCL()
 	if nc == nil {
 		return nil, k.c.Err()
@@ -268,7 +289,7 @@ func (k *gpuCase) native() (func() error, error) {
 		return nil, err
 	}
 	s := uintptr(k.c.Stream())
-	send, recv, n := uint64(k.send.Ptr), uint64(k.nrecv.Ptr), k.count
+	n := k.count
 	switch k.spec.Op {
 	case bench.AllReduce:
 		return func() error { return nc.AllReduce(send, recv, n, ndt, ccl.Sum, s) }, nil
@@ -276,6 +297,77 @@ func (k *gpuCase) native() (func() error, error) {
 		return func() error { return nc.AllGather(send, recv, n, ndt, s) }, nil
 	}
 	return func() error { return nc.ReduceScatter(send, recv, n, ndt, ccl.Sum, s) }, nil
+}
+
+// PrepareSymmetric allocates the symmetric input and output with
+// ncclMemAlloc and uploads the input; bench.ErrNoSymmetric when the loaded
+// library lacks the window API (NCCL < 2.27, RCCL).
+func (k *gpuCase) PrepareSymmetric(ctx context.Context) error {
+	nc := k.c.CCL()
+	if nc == nil {
+		return k.c.Err()
+	}
+	if !nc.Lib().HasWindows() {
+		return fmt.Errorf("%w: %s %s has no ncclCommWindowRegister", bench.ErrNoSymmetric, nc.Lib().Vendor(), k.c.NCCLVersion())
+	}
+	if k.ssend != 0 {
+		return nil
+	}
+	in, out := k.spec.InputBytes, k.spec.OutputBytes()
+	err := k.dev.Do(func() (err error) {
+		if k.ssend, err = nc.Lib().MemAlloc(in); err != nil {
+			return err
+		}
+		k.srecv, err = nc.Lib().MemAlloc(out)
+		return err
+	})
+	if err == nil {
+		err = k.dev.CopyHtoD(gpu.DevicePtr(k.ssend), bench.Input(k.spec, k.spec.Rank))
+	}
+	if err != nil {
+		return fmt.Errorf("devbench: symmetric buffers: %w", err)
+	}
+	return nil
+}
+
+// register registers the symmetric buffers as windows (collective).
+func (k *gpuCase) register() error {
+	if k.swin != nil {
+		return nil
+	}
+	nc := k.c.CCL()
+	return k.dev.Do(func() error {
+		for _, b := range []struct {
+			p uint64
+			n int
+		}{{k.ssend, k.spec.InputBytes}, {k.srecv, k.spec.OutputBytes()}} {
+			w, err := nc.WindowRegister(b.p, b.n, ccl.WinCollSymmetric)
+			if err != nil {
+				return fmt.Errorf("devbench: registering a symmetric window: %w", err)
+			}
+			k.swin = append(k.swin, w)
+		}
+		return nil
+	})
+}
+
+// RunNativeSymmetric is RunNative on the registered symmetric buffers.
+func (k *gpuCase) RunNativeSymmetric(ctx context.Context, iters int) (time.Duration, error) {
+	if k.ssend == 0 {
+		return 0, fmt.Errorf("devbench: symmetric buffers not prepared")
+	}
+	if err := k.register(); err != nil {
+		return 0, err
+	}
+	one, err := k.nativeOn(k.ssend, k.srecv)
+	if err != nil {
+		return 0, err
+	}
+	d, err := k.run(graphKey{native: true, symmetric: true, iters: iters}, iters, func() error { return k.dev.Do(one) })
+	if err != nil {
+		return 0, fmt.Errorf("devbench: native %s on symmetric buffers: %w", k.spec.Op, err)
+	}
+	return d, nil
 }
 
 // timed runs enqueue between two events on the stream and returns the
@@ -435,6 +527,18 @@ func (k *gpuCase) Close() error {
 		errs = append(errs, k.dev.DestroyGraph(g))
 		delete(k.graphs, key)
 	}
+	for _, w := range k.swin {
+		errs = append(errs, k.dev.Do(w.Deregister))
+	}
+	k.swin = nil
+	if nc := k.c.CCL(); nc != nil {
+		for _, p := range []uint64{k.ssend, k.srecv} {
+			if p != 0 {
+				errs = append(errs, k.dev.Do(func() error { return nc.Lib().MemFree(p) }))
+			}
+		}
+	}
+	k.ssend, k.srecv = 0, 0
 	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv} {
 		if b.Ptr != 0 {
 			errs = append(errs, k.c.Free(b))
