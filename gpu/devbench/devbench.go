@@ -551,3 +551,9 @@ func (k *gpuCase) Close() error {
 	k.start, k.stop = 0, 0
 	return errors.Join(errs...)
 }
+
+// The optional interfaces bench.Run uses.
+var (
+	_ bench.SymmetricCase = (*gpuCase)(nil)
+	_ bench.Baseliner     = (*Backend)(nil)
+)
