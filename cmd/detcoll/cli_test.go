@@ -329,3 +329,63 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 		}
 	}
 }
+
+// --peer adds the peer's figures to the rows it has and names the peer;
+// a peer of another world size is refused before the run.
+func TestBenchPeerFigures(t *testing.T) {
+	bin := buildDetcoll(t)
+	dir := t.TempDir()
+	peer := filepath.Join(dir, "peer.json")
+	os.WriteFile(peer, []byte(`{"schema":"detcoll.peer.v1","name":"Test MPI 9 shm","world_size":2,
+		"rows":[{"op":"all_reduce","dtype":"fp32","bytes":4096,"median_us":1.25}]}`), 0o644)
+	rep := filepath.Join(dir, "r.json")
+	args := append([]string{"bench", "--nproc-per-node", "2", "--dtype", "fp32", "--size-bytes", "4096", "--operations", "all_reduce",
+		"--algorithms", "gather_tree", "--peer", peer, "--output", rep}, quick...)
+	out, code := run(t, dir, nil, 60*time.Second, bin, args...)
+	if code != 0 || !strings.Contains(out, "peer: Test MPI 9 shm") || !strings.Contains(out, "vs peer") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	r, err := bench.ReadJSON(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := r.Rows[0]
+	if r.Peer == nil || r.Peer.Name != "Test MPI 9 shm" || row.PeerMedianUS != 1.25 || row.LatencyRatioVsPeer != row.Deterministic.MedianUS/1.25 {
+		t.Fatalf("peer %+v, row peer %g ratio %g", r.Peer, row.PeerMedianUS, row.LatencyRatioVsPeer)
+	}
+	if r.Baseline != bench.CPURingBaseline {
+		t.Fatalf("baseline %q", r.Baseline)
+	}
+	args[2] = "3" // --nproc-per-node 3 against a W=2 peer
+	out, code = run(t, dir, nil, 20*time.Second, bin, args...)
+	if code != 2 || !strings.Contains(out, "--peer: "+peer+" has world_size 2, this run has 3 ranks") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+// --format nccl-tests with a -b/-e/-f sweep: nccl-tests' header and one row
+// per size and algorithm, every row #wrong 0 out of place and in place.
+func TestBenchNCCLTestsFormat(t *testing.T) {
+	bin := buildDetcoll(t)
+	dir := t.TempDir()
+	args := append([]string{"bench", "--nproc-per-node", "2", "--dtype", "fp32", "-b", "4K", "-e", "64K", "-f", "4", "--operations", "all_reduce",
+		"--algorithms", "gather_tree", "--format", "nccl-tests", "--output", ""}, quick...)
+	out, code := run(t, dir, nil, 60*time.Second, bin, args...)
+	if code != 0 || !strings.Contains(out, "#       size         count      type   redop    root     time   algbw   busbw #wrong") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	var sizes []string
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimPrefix(l, "[rank 0] ")
+		f := strings.Fields(l)
+		if len(f) == 14 && !strings.HasPrefix(l, "#") {
+			if f[2] != "float" || f[3] != "sum" || f[8] != "0" || f[12] != "0" {
+				t.Fatalf("row %q", l)
+			}
+			sizes = append(sizes, f[0])
+		}
+	}
+	if strings.Join(sizes, " ") != "4096 16384 65536" {
+		t.Fatalf("sizes %v:\n%s", sizes, out)
+	}
+}

@@ -222,6 +222,9 @@ func ValidateBench(o *BenchOptions) (validated, error) {
 		}
 		w, local = env.WorldSize, max(env.LocalWorldSize, 1)
 	}
+	if v.peer != nil && v.peer.WorldSize != 0 && v.peer.WorldSize != w {
+		return v, Usagef("--peer", "%s has world_size %d, this run has %d ranks", o.Peer, v.peer.WorldSize, w)
+	}
 	if err := checkMemory(*cfg, w, local); err != nil {
 		return v, err
 	}
