@@ -107,7 +107,7 @@ func hasKeys(t *testing.T, where string, m map[string]any, keys []string) {
 	}
 }
 
-// checkSchema checks that the JSON form has every field of DESIGN.md section 8.
+// checkSchema checks that the JSON form has every field of docs/contract.md, "Benchmark report".
 func checkSchema(t *testing.T, b []byte) {
 	t.Helper()
 	var m map[string]any

@@ -1,7 +1,7 @@
 // Package bench is the benchmark behind `detcoll bench`: it times detcoll's
 // deterministic collectives against the native collective of the same
 // device on the same buffers, checks their bits, and writes the versioned
-// report detcoll.bench.v1 (DESIGN.md section 8) as JSON, a text table and a
+// report detcoll.bench.v1 (docs/contract.md, "Benchmark report") as JSON, a text table and a
 // latency plot.
 //
 // # What is measured

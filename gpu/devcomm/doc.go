@@ -6,7 +6,7 @@
 // with NCCL (or RCCL) as the transport only: NCCL moves bytes (ncclAllGather,
 // grouped ncclSend/ncclRecv), detcoll's reduce kernels (package gpu's, and
 // this package's kernels/fast.cu for W = 2, 4, 8) do all the arithmetic with
-// the fixed rank tree of DESIGN.md. NCCL's own
+// the fixed rank tree of docs/contract.md. NCCL's own
 // reductions are never used for a result, so the output bits equal the host
 // oracle (reduce.Oracle) and every other detcoll backend, whatever the
 // algorithm, size, stream or graph capture.
