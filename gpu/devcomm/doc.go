@@ -116,8 +116,10 @@
 // element) and the final gather is a group of sends and receives instead of
 // ncclAllGather. ReduceScatter reduces only the local block: a2a_tree
 // receives block r of every peer, gather_tree gathers the whole inputs (up
-// to W × the input) and reduces block r. AllGather is one ncclAllGather
-// straight into the caller's output and needs no workspace. For AllReduce,
+// to W × the input) and reduces block r. AllGather with the NCCL
+// algorithms (GatherTree, A2ATree) is one ncclAllGather straight into the
+// caller's output and needs no workspace; with peer memory (below) Auto,
+// OneShot and TwoShot copy through peer memory instead. For AllReduce,
 // Auto picks gather_tree below AutoA2ABytes and a2a_tree from there; with two
 // ranks (both algorithms receive the same bytes, gather_tree in one NCCL
 // operation instead of two) the threshold is AutoA2ABytesTwoRanks. For the
@@ -134,9 +136,10 @@
 // over the element types of package gpu (same arithmetic code, same bits);
 // other W use package gpu's kernels. None of these choices changes a bit.
 //
-// # Peer memory (CUDA IPC)
+// # Peer memory (CUDA IPC, HIP IPC)
 //
-// When every rank is on one host, in its own process, and every pair of
+// On NVIDIA through CUDA IPC, on AMD through HIP IPC (the same protocol and
+// kernels; written and compiled in CI, never run on AMD hardware): when every rank is on one host, in its own process, and every pair of
 // GPUs has peer access (checked at New, the same answer on every rank;
 // IPC reports it), New also maps every peer's staging buffer (2 × the
 // capacity of WithIPC, default DefaultIPCBytes, plus IPCHeaderBytes per
