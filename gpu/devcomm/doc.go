@@ -138,8 +138,9 @@
 //
 // # Peer memory (CUDA IPC, HIP IPC)
 //
-// On NVIDIA through CUDA IPC, on AMD through HIP IPC (the same protocol and
-// kernels; written and compiled in CI, never run on AMD hardware): when every rank is on one host, in its own process, and every pair of
+// Peer memory is CUDA IPC on NVIDIA and HIP IPC on AMD (the same protocol
+// and kernels; written and compiled in CI, never run on AMD hardware).
+// When every rank is on one host, in its own process, and every pair of
 // GPUs has peer access (checked at New, the same answer on every rank;
 // IPC reports it), New also maps every peer's staging buffer (2 × the
 // capacity of WithIPC, default DefaultIPCBytes, plus IPCHeaderBytes per
