@@ -76,10 +76,10 @@ type Row struct {
 
 	LatencyRatioVsNative        float64 `json:"latency_ratio_vs_native"`         // deterministic median / the faster baseline's median
 	LatencyRatioVsNativeDefault float64 `json:"latency_ratio_vs_native_default"` // deterministic median / the default-buffer baseline's median
-	InputGBps            float64 `json:"input_gbps"`              // input_bytes / deterministic median, 1e9 B/s
-	NativeInputGBps      float64 `json:"native_input_gbps"`       // input_bytes / native median
-	BusGBps              float64 `json:"bus_gbps"`                // BusBytes / deterministic median
-	NativeBusGBps        float64 `json:"native_bus_gbps"`         // BusBytes / native median
+	InputGBps                   float64 `json:"input_gbps"`                      // input_bytes / deterministic median, 1e9 B/s
+	NativeInputGBps             float64 `json:"native_input_gbps"`               // input_bytes / native median
+	BusGBps                     float64 `json:"bus_gbps"`                        // BusBytes / deterministic median
+	NativeBusGBps               float64 `json:"native_bus_gbps"`                 // BusBytes / native median
 
 	// RepeatBitwise: the output of the first run and of the last timed
 	// iteration are the same bytes on every rank, and (all_reduce,
