@@ -15,14 +15,14 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 )
 
-// SchemaV1 is the report's schema name (docs/contract.md, "Report").
+// SchemaV1 is the report's schema name (docs/contract.md, "Benchmark report").
 const SchemaV1 = "detcoll.bench.v1"
 
 // ContractTree names detcoll's reduction tree in the report's contract.
 const ContractTree = "pairwise-adjacent-lower-left"
 
 // Report is a benchmark report, schema detcoll.bench.v1 (docs/contract.md,
-// "Report", lists every field). extra holds whatever the caller adds (for
+// "Benchmark report", lists every field). extra holds whatever the caller adds (for
 // example raw_loopback_gbps). Later v1 reports may add fields; readers
 // ignore the ones they do not know.
 type Report struct {

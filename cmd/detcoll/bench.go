@@ -47,7 +47,7 @@ one rank; otherwise it launches --nproc-per-node copies of itself on this
 host over TCP loopback. Every input is checked before any work; a bad one
 exits with status 2 naming the flag or variable.
 
-Sizes are per-rank input bytes (see docs/contract.md, "Report"): a whole
+Sizes are per-rank input bytes (see docs/contract.md, "Benchmark report"): a whole
 number of elements of --dtype; reduce_scatter rows round down to a multiple
 of W elements (the row records both). List flags take space- or
 comma-separated values; -b/-e/-f sweep as nccl-tests does:
