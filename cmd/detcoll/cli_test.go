@@ -260,7 +260,16 @@ func TestVerifyDeviceNotChecked(t *testing.T) {
 			t.Fatalf("verify --device %s does not say the device was not checked:\n%s", dev, out)
 		}
 	}
-	out, code := run(t, t.TempDir(), nil, 10*time.Second, bin, "verify", "--device", "gpu")
+	// Under a launcher too.
+	out, code := run(t, t.TempDir(), nil, 120*time.Second, bin, "launch", "--standalone", "--nproc-per-node", "2", "--",
+		bin, "verify", "--device", "cuda", "--world-sizes", "2", "--counts", "1")
+	if code == 0 && !strings.Contains(out, "nccl ") {
+		t.Fatalf("launched verify --device cuda exit 0 with no device checked:\n%s", out)
+	}
+	if code != 0 && !strings.Contains(out, "device not checked") {
+		t.Fatalf("launched verify --device cuda does not say the device was not checked:\n%s", out)
+	}
+	out, code = run(t, t.TempDir(), nil, 10*time.Second, bin, "verify", "--device", "gpu")
 	if code != 2 || !strings.Contains(out, "--device") {
 		t.Fatalf("verify --device gpu: exit %d:\n%s", code, out)
 	}

@@ -67,7 +67,20 @@ func ResolveDevice(dev string) (string, error) {
 		}
 		return "cpu", nil
 	}
-	if _, ok := Backends[dev]; !ok {
+	if dev == "cpu" {
+		return dev, nil
+	}
+	if _, ok := Backends[dev]; ok {
+		// A kind built in but not usable here (no GPU, no library) fails
+		// now, before any work, saying why.
+		if p, ok := DeviceProbes[dev]; ok {
+			if err := p(); err != nil {
+				return "", fmt.Errorf("device %s unavailable: %w", dev, err)
+			}
+		}
+		return dev, nil
+	}
+	{
 		if dev != "cuda" && dev != "rocm" {
 			return "", Usagef("--device", "%q is not auto, cpu, cuda or rocm", dev)
 		}
@@ -83,7 +96,6 @@ func ResolveDevice(dev string) (string, error) {
 		sort.Strings(have)
 		return "", fmt.Errorf("device %q has no benchmark backend in this build (have %s)", dev, strings.Join(have, ", "))
 	}
-	return dev, nil
 }
 
 // quietError is an error every rank returns but only rank 0 prints (a

@@ -59,6 +59,10 @@ func VerifyJob(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
 	}
 	dev, err := ResolveDevice(o.Device)
 	if err != nil {
+		if _, gpu := deviceTransports[o.Device]; gpu {
+			fmt.Fprintf(o.Out, "device %s: NOT CHECKED: %v\n", o.Device, err)
+			return nil, fmt.Errorf("verify: %w: --device %s: %v", ErrDeviceNotChecked, o.Device, err)
+		}
 		return nil, err
 	}
 	jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
