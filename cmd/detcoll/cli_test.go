@@ -308,7 +308,7 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 				t.Parallel()
 				start := time.Now()
 				args := append([]string{"launch", "--standalone", "--nproc-per-node", strconv.Itoa(w), "--grace-period", "1s", "--",
-					bin, "bench", "--timeout", "1s", "--size-bytes", "4096", "--output", ""}, quick...)
+					bin, "bench", "--timeout", "2s", "--size-bytes", "4096", "--output", ""}, quick...)
 				out, code := run(t, t.TempDir(), []string{"DETCOLL_TEST_STOP=" + phase + ":1"}, 40*time.Second, bin, args...)
 				el := time.Since(start)
 				if code == 0 {
@@ -330,7 +330,7 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 				if !strings.Contains(out, want) {
 					t.Fatalf("the errors do not name the %s phase:\n%s", phase, out)
 				}
-				// 1 s timeout, 1 s grace period, start-up: well under 15 s.
+				// 2 s timeout, 1 s grace period, start-up: well under 15 s.
 				if el > 15*time.Second {
 					t.Fatalf("took %v", el)
 				}
