@@ -26,6 +26,7 @@ type RowPrinter struct {
 	format string
 	header bool
 	lastOp Op
+	sym    bool // the sym µs column (GPU backends: NCCL's symmetric buffers)
 }
 
 // NewRowPrinter returns a printer of format ("table" or "nccl-tests") to w.
@@ -71,6 +72,7 @@ func (p *RowPrinter) Header(r *Report) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.header = true
+	p.sym = r.Backend != "cpu"
 	names := strings.Join(r.Device.Names, ", ")
 	if names != "" {
 		names = ": " + names
@@ -92,8 +94,11 @@ func (p *RowPrinter) Header(r *Report) {
 		r.DetcollVersion, commit, r.WorldSize, r.Nodes, r.Backend, transport, r.Device.Kind, names)
 	fmt.Fprintf(&b, "%scontract %s, accumulate %s; warmup %d, %d iterations × %d samples, median of the slowest rank\n", lead,
 		r.Contract.Version, r.Contract.Accumulate, r.Warmup, r.Iterations, r.Samples)
-	if r.Baseline != "" {
+	switch {
+	case r.Baseline != "" && p.sym:
 		fmt.Fprintf(&b, "%sbaseline (base): %s; sym: the same on symmetric registered buffers where the library has them; ratio: det over the faster\n", lead, r.Baseline)
+	case r.Baseline != "":
+		fmt.Fprintf(&b, "%sbaseline (base): %s\n", lead, r.Baseline)
 	}
 	if r.Peer != nil {
 		fmt.Fprintf(&b, "%speer: %s (%s)\n", lead, r.Peer.Name, r.Peer.File)
@@ -105,6 +110,9 @@ func (p *RowPrinter) Header(r *Report) {
 	} else {
 		var cells []string
 		for _, c := range tableCols {
+			if c.name == "sym µs" && !p.sym {
+				continue
+			}
 			cells = append(cells, pad(c.name, c.w, c.left))
 		}
 		if r.Peer != nil {
@@ -135,6 +143,9 @@ func (p *RowPrinter) Row(r *Report, row Row) {
 		mark(row.RepeatBitwise), mark(row.OracleBitwise), strconv.FormatFloat(float64(row.MaxAbsVsNative), 'g', 3, 64)}
 	var cells []string
 	for i, c := range tableCols {
+		if c.name == "sym µs" && !p.sym {
+			continue
+		}
 		cells = append(cells, pad(v[i], c.w, c.left))
 	}
 	if r.Peer != nil {
