@@ -231,9 +231,9 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 type graphKey struct {
 	native    bool
 	symmetric bool
-	alg    detcoll.Algorithm
-	acc    detcoll.Accumulate
-	iters  int
+	alg       detcoll.Algorithm
+	acc       detcoll.Accumulate
+	iters     int
 }
 
 type gpuCase struct {
@@ -258,8 +258,8 @@ type gpuCase struct {
 	// first run.
 	ssend, srecv uint64
 	swin         []*ccl.Window
-	detFree0 uint64
-	detPeak  int
+	detFree0     uint64
+	detPeak      int
 }
 
 func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate) func() error {
