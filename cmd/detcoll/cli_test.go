@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -201,7 +202,12 @@ func TestVersionAndCommit(t *testing.T) {
 func TestBenchReportsNodes(t *testing.T) {
 	bin := buildDetcoll(t)
 	dir := t.TempDir()
-	port := strconv.Itoa(20000 + os.Getpid()%20000)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for node 0's store
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
 	node := func(rank string, out string) *exec.Cmd {
 		args := append([]string{"launch", "--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
 			"--master-port", port, "--", bin, "bench", "--size-bytes", "4096", "--operations", "all_reduce", "--output", out}, quick...)
