@@ -231,6 +231,7 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 type graphKey struct {
 	native    bool
 	symmetric bool
+	inPlace   bool
 	alg       detcoll.Algorithm
 	acc       detcoll.Accumulate
 	iters     int
@@ -258,8 +259,13 @@ type gpuCase struct {
 	// first run.
 	ssend, srecv uint64
 	swin         []*ccl.Window
-	detFree0     uint64
-	detPeak      int
+
+	// The in-place buffer (bench.InPlaceCase): all_reduce the input's
+	// size, all_gather the output's.
+	inplace  devcomm.Buffer
+	ihost    []byte
+	detFree0 uint64
+	detPeak  int
 }
 
 func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate) func() error {
@@ -368,6 +374,62 @@ func (k *gpuCase) RunNativeSymmetric(ctx context.Context, iters int) (time.Durat
 		return 0, fmt.Errorf("devbench: native %s on symmetric buffers: %w", k.spec.Op, err)
 	}
 	return d, nil
+}
+
+// InPlaceSupported: all_reduce and all_gather (detcoll's reduce-scatter is
+// not in place).
+func (k *gpuCase) InPlaceSupported() bool { return k.spec.Op != bench.ReduceScatter }
+
+// ResetInPlace writes this rank's input into the in-place buffer (its own
+// block of it for all_gather, the rest poisoned with 0xFF).
+func (k *gpuCase) ResetInPlace() error {
+	if !k.InPlaceSupported() {
+		return fmt.Errorf("devbench: %s does not run in place", k.spec.Op)
+	}
+	if err := k.c.Synchronize(); err != nil {
+		return err
+	}
+	if k.inplace.Ptr == 0 {
+		b, err := k.c.Alloc(k.spec.OutputBytes())
+		if err != nil {
+			return fmt.Errorf("devbench: in-place buffer: %w", err)
+		}
+		k.inplace = b
+		k.ihost = make([]byte, k.spec.OutputBytes())
+	}
+	off := 0
+	if k.spec.Op == bench.AllGather {
+		if err := k.dev.Memset(k.inplace.Ptr, 0xFF, k.inplace.Bytes); err != nil {
+			return err
+		}
+		off = k.spec.Rank * k.spec.InputBytes
+	}
+	return k.dev.CopyDtoD(k.inplace.Ptr.Add(off), k.send.Ptr, k.spec.InputBytes)
+}
+
+// RunInPlace runs the deterministic collective in place.
+func (k *gpuCase) RunInPlace(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error) {
+	if k.inplace.Ptr == 0 {
+		if err := k.ResetInPlace(); err != nil {
+			return 0, err
+		}
+	}
+	opts := []devcomm.CallOption{devcomm.WithAlgorithm(alg), devcomm.WithAccumulate(acc)}
+	dt, buf := k.spec.DType, k.inplace
+	one := func() error { return k.c.AllReduce(ctx, buf, buf, k.count, dt, opts...) }
+	if k.spec.Op == bench.AllGather {
+		mine := buf.Slice(k.spec.Rank*k.spec.InputBytes, k.spec.InputBytes)
+		one = func() error { return k.c.AllGather(ctx, mine, buf, k.count, dt, opts...) }
+	}
+	return k.run(graphKey{inPlace: true, alg: alg, acc: acc, iters: iters}, iters, one)
+}
+
+// InPlaceOutput copies the in-place buffer to the host.
+func (k *gpuCase) InPlaceOutput() ([]byte, error) {
+	if err := k.c.Synchronize(); err != nil {
+		return nil, err
+	}
+	return k.ihost, k.dev.CopyDtoH(k.ihost, k.inplace.Ptr)
 }
 
 // timed runs enqueue between two events on the stream and returns the
@@ -539,12 +601,12 @@ func (k *gpuCase) Close() error {
 		}
 	}
 	k.ssend, k.srecv = 0, 0
-	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv} {
+	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv, k.inplace} {
 		if b.Ptr != 0 {
 			errs = append(errs, k.c.Free(b))
 		}
 	}
-	k.send, k.recv, k.nrecv = devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}
+	k.send, k.recv, k.nrecv, k.inplace = devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}
 	errs = append(errs, k.dev.Do(func() error {
 		return errors.Join(k.dev.Runtime().EventDestroy(k.start), k.dev.Runtime().EventDestroy(k.stop))
 	}))
@@ -555,5 +617,6 @@ func (k *gpuCase) Close() error {
 // The optional interfaces bench.Run uses.
 var (
 	_ bench.SymmetricCase = (*gpuCase)(nil)
+	_ bench.InPlaceCase   = (*gpuCase)(nil)
 	_ bench.Baseliner     = (*Backend)(nil)
 )
