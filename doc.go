@@ -18,7 +18,7 @@
 // bf16: every node rounded to the dtype, or with Accumulate F32 the whole
 // tree in float32 rounded once at the root). Any NaN result is the canonical
 // quiet NaN; signed zeros, infinities and subnormals follow IEEE. See
-// DESIGN.md for the full contract and package reduce for the reference.
+// docs/contract.md for the full contract and package reduce for the reference.
 //
 // # Layouts
 //

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -59,6 +60,48 @@ type Case interface {
 	// Close frees the case's buffers.
 	Close() error
 }
+
+// InPlaceCase is a Case that can also run its deterministic collective in
+// place (all_reduce: recv = send; all_gather: send = this rank's block of
+// recv), as nccl-tests' in-place columns do. Run with Config.InPlace.
+type InPlaceCase interface {
+	Case
+	// InPlaceSupported reports whether this case's operation runs in place.
+	InPlaceSupported() bool
+	// ResetInPlace writes this rank's input into the in-place buffer.
+	ResetInPlace() error
+	// RunInPlace runs the collective in place iters times back to back and
+	// returns the mean time of one iteration. The buffer's contents drift
+	// from one iteration to the next (each sums the last's output), as in
+	// nccl-tests; ResetInPlace before a run whose output is checked.
+	RunInPlace(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error)
+	// InPlaceOutput is a host view or copy of the in-place buffer.
+	InPlaceOutput() ([]byte, error)
+}
+
+// SymmetricCase is a Case whose native collective can also run on
+// symmetric registered buffers (NCCL ≥ 2.27: ncclMemAlloc +
+// ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), NCCL's fastest
+// path for small messages. The runner measures it beside the default
+// buffers and compares detcoll with the faster of the two.
+type SymmetricCase interface {
+	Case
+	// PrepareSymmetric allocates the symmetric buffers and uploads the
+	// input (local: nothing collective). It returns ErrNoSymmetric,
+	// wrapped with the reason, when the library cannot.
+	PrepareSymmetric(ctx context.Context) error
+	// RunNativeSymmetric is RunNative on the symmetric buffers; its first
+	// call registers the windows (collective: every rank calls it).
+	RunNativeSymmetric(ctx context.Context, iters int) (perIter time.Duration, err error)
+}
+
+// ErrNoSymmetric says that the native library has no symmetric buffers.
+var ErrNoSymmetric = errors.New("no symmetric-memory collectives in this library")
+
+// Baseliner names what a backend's native columns run ("NCCL", "RCCL",
+// "ring (detcoll's reference of Gloo's order)"), recorded as the report's
+// baseline.
+type Baseliner interface{ Baseline() string }
 
 // DeviceInfo describes the device a backend runs on.
 type DeviceInfo struct {

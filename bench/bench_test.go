@@ -88,13 +88,14 @@ func mustRun(t *testing.T, w int, cfg Config, wrap func(int, Backend) Backend) *
 }
 
 var (
-	topKeys = []string{"schema", "detcoll_version", "git_commit", "started_at", "world_size", "nodes", "device",
-		"backend", "contract", "warmup", "iterations", "samples", "all_rank_repeat_bitwise", "rows"}
+	topKeys = []string{"schema", "detcoll_version", "git_commit", "git_dirty", "git_commit_source", "started_at", "world_size", "nodes", "device",
+		"backend", "baseline", "contract", "warmup", "iterations", "samples", "graph", "seed", "all_rank_repeat_bitwise", "rows"}
 	deviceKeys   = []string{"kind", "names", "driver_version", "cuda_version", "nccl_version"}
 	contractKeys = []string{"version", "tree", "accumulate"}
 	rowKeys      = []string{"operation", "dtype", "algorithm", "requested_size_bytes", "input_bytes", "deterministic",
-		"native", "latency_ratio_vs_native", "input_gbps", "native_input_gbps", "bus_gbps", "repeat_bitwise",
-		"oracle_bitwise", "max_abs_vs_native", "workspace_bytes", "peak_allocated_bytes", "native_peak_allocated_bytes"}
+		"native", "native_best", "latency_ratio_vs_native", "latency_ratio_vs_native_default", "input_gbps", "native_input_gbps",
+		"bus_gbps", "native_bus_gbps", "repeat_bitwise", "oracle_bitwise", "wrong_elements", "max_abs_vs_native",
+		"workspace_bytes", "peak_allocated_bytes", "native_peak_allocated_bytes"}
 	timingKeys = []string{"median_us", "min_us", "max_us", "samples_us"}
 )
 
@@ -107,7 +108,7 @@ func hasKeys(t *testing.T, where string, m map[string]any, keys []string) {
 	}
 }
 
-// checkSchema checks that the JSON form has every field of DESIGN.md section 8.
+// checkSchema checks that the JSON form has every field of docs/contract.md, "Benchmark report".
 func checkSchema(t *testing.T, b []byte) {
 	t.Helper()
 	var m map[string]any
@@ -414,7 +415,8 @@ func TestConfigMismatch(t *testing.T) {
 		return c
 	}, nil)
 	for r, err := range errs {
-		if err == nil || !strings.Contains(err.Error(), "different configuration") {
+		// The field is named, with the two ranks.
+		if !errors.Is(err, ErrConfigMismatch) || !strings.Contains(err.Error(), "seed differs between rank") {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
@@ -82,6 +83,24 @@ type Config struct {
 	Seed uint64
 	// Nodes is the number of hosts, recorded in the report (0 means 1).
 	Nodes int
+	// InPlace also measures each row in place, when the backend's cases
+	// can (InPlaceCase), and checks that output too (nccl-tests' in-place
+	// columns).
+	InPlace bool
+	// Timeout bounds every phase of the run on every rank (a case's
+	// preparation, a first run, a warm-up, one sample, the checks, each
+	// with the agreement after it); 0 means none beyond the Comm's own
+	// (which does not cover the CPU ring baseline).
+	Timeout time.Duration
+	// OnStart, when set, is called on every rank once the ranks agree on
+	// the configuration, with the report so far (no rows).
+	OnStart func(rep *Report)
+	// OnRow, when set, is called on every rank with each row as soon as
+	// it is finished (identical on every rank), in report order.
+	OnRow func(rep *Report, row Row)
+	// Build is the code recorded in the report; a zero Build means
+	// ResolveBuild("", "") (the build information, then git).
+	Build Build
 	// DetcollVersion is recorded in the report; empty means the main
 	// module's version from the build information, or "dev".
 	DetcollVersion string
@@ -109,6 +128,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("bench: unknown accumulate mode %v", c.Accumulate)
 	case c.Warmup < 0 || c.Iterations < 1 || c.Samples < 1:
 		return c, fmt.Errorf("bench: want warmup ≥ 0, iterations ≥ 1 and samples ≥ 1 (got %d, %d, %d)", c.Warmup, c.Iterations, c.Samples)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("bench: timeout %v is negative", c.Timeout)
 	case c.Nodes < 0:
 		return c, fmt.Errorf("bench: nodes %d < 0", c.Nodes)
 	}
@@ -137,22 +158,27 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
-// fingerprint is what every rank must agree on.
-func (c Config) fingerprint() []byte {
+type configField struct {
+	name  string // as the user knows it (the CLI's flag)
+	value []byte // JSON
+}
+
+// fingerprintFields is what every rank must agree on, field by field.
+func (c Config) fingerprintFields() []configField {
 	algs := make([]string, len(c.Algorithms))
 	for i, a := range c.Algorithms {
 		algs[i] = a.String()
 	}
-	b, _ := json.Marshal(struct {
-		Ops                        []Op
-		Sizes                      []int
-		DType, Acc                 string
-		Algs                       []string
-		Warmup, Iters, Samples, Nd int
-		Graph                      bool
-		Seed                       uint64
-	}{c.Operations, c.SizesBytes, c.DType.String(), c.Accumulate.String(), algs, c.Warmup, c.Iterations, c.Samples, c.Nodes, c.Graph, c.Seed})
-	return b
+	f := func(name string, v any) configField {
+		b, _ := json.Marshal(v)
+		return configField{name, b}
+	}
+	return []configField{
+		f("operations", c.Operations), f("size-bytes", c.SizesBytes), f("dtype", c.DType.String()),
+		f("accumulate", c.Accumulate.String()), f("algorithms", algs), f("warmup", c.Warmup),
+		f("iterations", c.Iterations), f("samples", c.Samples), f("nodes", c.Nodes), f("graph", c.Graph),
+		f("seed", c.Seed), f("timeout", c.Timeout.String()), f("in-place", c.InPlace),
+	}
 }
 
 // InputBytes rounds a requested per-rank size to what op runs with dt over

@@ -27,6 +27,13 @@ type CPU struct {
 // one passed to Run.
 func NewCPU(comm *detcoll.Comm) *CPU { return &CPU{comm: comm} }
 
+// CPURingBaseline is the CPU backend's native column: detcoll's own ring,
+// not Gloo or MPI (their figures come in with --peer).
+const CPURingBaseline = "ring (detcoll's reference of Gloo's order)"
+
+// Baseline is CPURingBaseline.
+func (b *CPU) Baseline() string { return CPURingBaseline }
+
 // Name is "cpu".
 func (b *CPU) Name() string { return "cpu" }
 
@@ -80,6 +87,7 @@ type cpuCase struct {
 	tag     uint32
 	send    []byte
 	recv    []byte // deterministic output
+	inplace []byte // in-place buffer (all_reduce: the input's size; all_gather: the output's)
 	nrecv   []byte // native output
 	scratch []byte // the ring's
 	peak    int
@@ -134,6 +142,57 @@ func (c *cpuCase) RunNative(ctx context.Context, iters int) (time.Duration, erro
 	return time.Since(start) / time.Duration(iters), nil
 }
 
+func (c *cpuCase) InPlaceSupported() bool { return c.spec.Op != ReduceScatter }
+
+func (c *cpuCase) ResetInPlace() error {
+	if !c.InPlaceSupported() {
+		return fmt.Errorf("bench: %s does not run in place", c.spec.Op)
+	}
+	if c.inplace == nil {
+		c.inplace = make([]byte, c.spec.OutputBytes())
+	}
+	switch c.spec.Op {
+	case AllReduce:
+		copy(c.inplace, c.send)
+	case AllGather:
+		for i := range c.inplace {
+			c.inplace[i] = 0xFF
+		}
+		n := len(c.send)
+		copy(c.inplace[c.spec.Rank*n:], c.send)
+	}
+	return nil
+}
+
+func (c *cpuCase) RunInPlace(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error) {
+	if iters < 1 {
+		return 0, fmt.Errorf("bench: %d iterations", iters)
+	}
+	if c.inplace == nil {
+		if err := c.ResetInPlace(); err != nil {
+			return 0, err
+		}
+	}
+	opts := []detcoll.Option{detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc)}
+	dt, n := c.spec.DType, len(c.send)
+	start := time.Now()
+	for i := 0; i < iters; i++ {
+		var err error
+		switch c.spec.Op {
+		case AllReduce:
+			err = c.comm.AllReduce(ctx, c.inplace, c.inplace, dt, opts...)
+		case AllGather:
+			err = c.comm.AllGather(ctx, c.inplace[c.spec.Rank*n:(c.spec.Rank+1)*n], c.inplace, dt)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start) / time.Duration(iters), nil
+}
+
+func (c *cpuCase) InPlaceOutput() ([]byte, error) { return c.inplace, nil }
+
 func (c *cpuCase) ResetOutput() error {
 	for i := range c.recv {
 		c.recv[i] = 0xFF
@@ -157,6 +216,6 @@ func (c *cpuCase) Workspace() (retained, peak int) {
 func (c *cpuCase) NativePeak() int { return len(c.scratch) }
 
 func (c *cpuCase) Close() error {
-	c.send, c.recv, c.nrecv, c.scratch = nil, nil, nil, nil
+	c.send, c.recv, c.nrecv, c.scratch, c.inplace = nil, nil, nil, nil, nil
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package bench is the benchmark behind `detcoll bench`: it times detcoll's
 // deterministic collectives against the native collective of the same
 // device on the same buffers, checks their bits, and writes the versioned
-// report detcoll.bench.v1 (DESIGN.md section 8) as JSON, a text table and a
+// report detcoll.bench.v1 (docs/contract.md, "Benchmark report") as JSON, a text table and a
 // latency plot.
 //
 // # What is measured
@@ -23,8 +23,8 @@
 // max and every sample in microseconds. On CPU the time is the wall clock
 // around the loop; GPU backends time with events on the stream.
 //
-// Derived figures: latency_ratio_vs_native = deterministic median / native
-// median (below 1: detcoll is faster); input_gbps = input_bytes / median and
+// Derived figures: latency_ratio_vs_native = deterministic median / the
+// faster native median (below 1: detcoll is faster); input_gbps = input_bytes / median and
 // native_input_gbps likewise; bus_gbps follows nccl-tests (see BusBytes:
 // 2(W-1)/W·S/t for all_reduce, (W-1)/W·S_total/t for all_gather and
 // reduce_scatter, S_total the whole output or input). GB/s are 1e9 B/s.
@@ -55,7 +55,26 @@
 // before each row); native_peak_allocated_bytes is the native collective's
 // scratch. All three are the maximum over ranks.
 //
-// Run is collective: every rank calls it with the same Config; every rank
-// returns the same Report. Backends other than CPU (CUDA) implement Backend
-// and Case.
+// The baseline is named in the report's baseline: "NCCL", "RCCL", or on
+// CPUs "ring (detcoll's reference of Gloo's order)" — detcoll's own ring, not
+// Gloo or MPI, whose figures come in as a Peer. A backend whose cases are
+// SymmetricCase (NCCL ≥ 2.27) also measures the baseline on symmetric
+// registered buffers; both are kept and the ratio is against the faster.
+// With Config.InPlace, InPlaceCase cases also run and check in place
+// (nccl-tests' in-place columns).
+//
+// # Bounds
+//
+// Config.Timeout bounds every phase on every rank — a case's preparation,
+// a first run, a warm-up, a sample, the checks — each together with the
+// agreement that follows it, so a stopped or dead peer (SIGSTOP, kill -9)
+// makes every other rank return an error within the timeout; the native
+// baselines that talk to the transport directly (internal/ring) have no
+// other bound. RawAllToAll is bounded by its context in every step.
+//
+// Run is collective: every rank calls it with the same Config (checked
+// field by field: a mismatch names the field, ErrConfigMismatch); every
+// rank returns the same Report and sees every row through Config.OnRow as
+// soon as it is finished. Backends other than CPU (CUDA, ROCm) implement
+// Backend and Case.
 package bench

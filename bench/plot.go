@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"image/color"
@@ -8,22 +9,47 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
 
 // Plot draws the median latency against the input bytes per rank, both
 // axes logarithmic: one solid series per (operation, algorithm) of the
-// deterministic collectives and one dashed series per operation for native.
-// The format follows path's extension, ".svg" or ".png".
+// deterministic collectives and one dashed series per operation for the
+// baseline. The format follows path's extension, ".svg" or ".png".
 func (r *Report) Plot(path string) error {
+	return r.plot(path, "median latency, slowest rank (µs)", func(row Row) (float64, float64) {
+		return row.Deterministic.MedianUS, row.Native.MedianUS
+	})
+}
+
+// PlotBandwidth draws the bus bandwidth (nccl-tests' busbw, GB/s: see
+// BusBytes) against the input bytes per rank, as Plot does the latency.
+func (r *Report) PlotBandwidth(path string) error {
+	return r.plot(path, "bus bandwidth, slowest rank (GB/s)", func(row Row) (float64, float64) {
+		return row.BusGBps, row.NativeBusGBps
+	})
+}
+
+// BandwidthPlotPath is where `detcoll bench --plot P` writes the bandwidth
+// plot: P with "-bandwidth" before its extension.
+func BandwidthPlotPath(path string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-bandwidth" + ext
+}
+
+// plot draws one figure: y(row) of the deterministic rows and of the baseline.
+func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("bench: plot %s: want a .svg or .png file", path)
@@ -47,17 +73,26 @@ func (r *Report) Plot(path string) error {
 		}
 		m[x] = y
 	}
-	for _, row := range r.Rows {
-		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, row.Deterministic.MedianUS)
+	baseName := "native"
+	if r.Baseline != "" {
+		baseName = r.Baseline
+		if i := strings.Index(baseName, " ("); i > 0 {
+			baseName = baseName[:i] // "ring (detcoll's reference …)" → "ring"
+		}
 	}
 	for _, row := range r.Rows {
-		addPoint(key{row.Operation, "native", true}, row.InputBytes, row.Native.MedianUS)
+		det, _ := y(row)
+		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, det)
+	}
+	for _, row := range r.Rows {
+		_, base := y(row)
+		addPoint(key{row.Operation, baseName, true}, row.InputBytes, base)
 	}
 	if len(order) == 0 {
-		return fmt.Errorf("bench: plot %s: no positive latencies to plot", path)
+		return fmt.Errorf("bench: plot %s: no positive values to plot", path)
 	}
 
-	p := plot.New()
+	p := newPlot()
 	dts := map[string]bool{}
 	for _, row := range r.Rows {
 		dts[row.DType] = true
@@ -73,7 +108,7 @@ func (r *Report) Plot(path string) error {
 	}
 	p.Title.Text = fmt.Sprintf("detcoll bench: %s, W=%d, backend %s%s", strings.Join(dtl, "/"), r.WorldSize, r.Backend, via)
 	p.X.Label.Text = "input bytes per rank"
-	p.Y.Label.Text = "median latency, slowest rank (µs)"
+	p.Y.Label.Text = ylabel
 	// Both axes carry log10 of the value on a linear scale, with ticks
 	// labelled in the original units: gonum's LogScale centres the axis
 	// label on the arithmetic mean of the range, which pads a log axis
@@ -81,6 +116,7 @@ func (r *Report) Plot(path string) error {
 	p.X.Tick.Marker = bytesTicks{}
 	p.Y.Tick.Marker = decadeTicks{}
 	legend := plot.NewLegend()
+	legend.TextStyle.Font = plotFont(legend.TextStyle.Font.Size)
 	legend.Top, legend.Left = true, true
 	p.Add(plotter.NewGrid())
 
@@ -118,24 +154,24 @@ func (r *Report) Plot(path string) error {
 	p.X.Min, p.X.Max = math.Log10(xmin/1.3), math.Log10(xmax*1.3)
 	p.Y.Min, p.Y.Max = math.Log10(ymin/1.5), math.Log10(ymax*1.5)
 
-	wt, err := render(p, &legend, 9*vg.Inch, 5*vg.Inch, ext[1:])
+	wt, err := render(p, &legend, 10*vg.Inch, 5.5*vg.Inch, ext[1:])
 	if err != nil {
 		return fmt.Errorf("bench: plot: %w", err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".bench-plot-*"+ext)
 	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("bench: plot %s: %w", path, errors.Unwrap(err))
 	}
 	_, werr := wt.WriteTo(f)
 	cerr := f.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("bench: plot %s: %w", path, err)
+		return fmt.Errorf("bench: plot %s: writing failed", path)
 	}
 	os.Chmod(f.Name(), 0o644)
 	if err := os.Rename(f.Name(), path); err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("bench: plot: %w", err)
+		return fmt.Errorf("bench: plot %s: %w", path, errors.Unwrap(err))
 	}
 	return nil
 }
@@ -149,8 +185,33 @@ var palette = []color.Color{
 	color.RGBA{0xba, 0xb0, 0xac, 0xff}, color.RGBA{0x1f, 0x1f, 0x1f, 0xff}, color.RGBA{0x8c, 0x2d, 0x04, 0xff},
 }
 
+// plotFont is the plots' font: Liberation Sans, which SVG names with
+// metric-compatible fallbacks (svgFontFamily) so that text measured with
+// it here fits in viewers that do not have it.
+func plotFont(size vg.Length) font.Font {
+	return font.Font{Typeface: "Liberation", Variant: "Sans", Size: size}
+}
+
+// svgFontFamily replaces the font-family gonum writes (the one face) with
+// the face and its fallbacks, ending in the generic family.
+const svgFontFamily = "font-family:'Liberation Sans',Arimo,Arial,Helvetica,sans-serif;"
+
+// newPlot is plot.New with plotFont on every text.
+func newPlot() *plot.Plot {
+	p := plot.New()
+	for _, t := range []*text.Style{&p.Title.TextStyle, &p.X.Label.TextStyle, &p.Y.Label.TextStyle, &p.X.Tick.Label, &p.Y.Tick.Label} {
+		t.Font = plotFont(t.Font.Size)
+	}
+	p.Title.Padding = vg.Points(6)
+	return p
+}
+
 // render draws the plot with the legend in a panel on its right, turning a
-// panic of the plotting library into an error.
+// panic of the plotting library into an error. The whole canvas is painted
+// white first and the legend has its own opaque box, so that viewers that
+// show transparency (rsvg, browsers in dark mode) see no gaps. The legend
+// panel is wider than its measured text by a fifth: an SVG viewer without
+// Liberation Sans draws with a fallback that may be wider.
 func render(p *plot.Plot, legend *plot.Legend, w, h vg.Length, format string) (wt io.WriterTo, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -162,12 +223,48 @@ func render(p *plot.Plot, legend *plot.Legend, w, h vg.Length, format string) (w
 		return nil, err
 	}
 	dc := draw.New(c)
-	legW := legend.Rectangle(dc).Size().X + legend.TextStyle.Width("  ")
+	white := color.White
+	dc.SetColor(white)
+	dc.Fill(dc.Rectangle.Path())
+	space := legend.TextStyle.Width(" ")
+	textW := legend.Rectangle(dc).Size().X
+	legW := textW*1.2 + 4*space
+	p.BackgroundColor = white
 	p.Draw(draw.Crop(dc, 0, -legW, 0, 0))
-	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + p.Title.Padding + legend.TextStyle.Height("M")
-	legend.Draw(draw.Crop(dc, w-legW+legend.TextStyle.Width(" "), 0, 0, -top))
+	top := p.Title.TextStyle.Rectangle(p.Title.Text).Size().Y + 2*p.Title.Padding + legend.TextStyle.Height("M")
+	lc := draw.Crop(dc, w-legW+2*space, -2*space, 0, -top)
+	lh := legend.Rectangle(lc).Size().Y
+	box := vg.Rectangle{
+		Min: vg.Point{X: lc.Min.X - space, Y: lc.Max.Y - lh - space/2},
+		Max: vg.Point{X: min(lc.Min.X+textW*1.2+space, w-space/2), Y: lc.Max.Y + space/2},
+	}
+	dc.SetColor(white)
+	dc.Fill(box.Path())
+	dc.SetLineWidth(vg.Points(0.5))
+	dc.SetLineDash(nil, 0)
+	dc.SetColor(color.Gray{Y: 0x99})
+	dc.Stroke(box.Path())
+	legend.Draw(lc)
+	if format == "svg" {
+		return svgFonts{c}, nil
+	}
 	return c, nil
 }
+
+// svgFonts rewrites the SVG's font-family declarations (svgFontFamily).
+type svgFonts struct{ c io.WriterTo }
+
+func (s svgFonts) WriteTo(w io.Writer) (int64, error) {
+	var b bytes.Buffer
+	if _, err := s.c.WriteTo(&b); err != nil {
+		return 0, err
+	}
+	out := fontFamilyRE.ReplaceAll(b.Bytes(), []byte(svgFontFamily))
+	n, err := w.Write(out)
+	return int64(n), err
+}
+
+var fontFamilyRE = regexp.MustCompile(`font-family:[^;"]*;`)
 
 // bytesTicks labels a log10(bytes) axis at powers of 4 (1 KiB, 4 KiB, …)
 // or, over wide ranges, powers of 16.

@@ -50,6 +50,28 @@ func NewProgress(w io.Writer, total int) *Progress {
 	return p
 }
 
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool { return isTerminal(w) }
+
+// Clear erases the bar (before other output goes to its terminal); Redraw
+// draws it again. Both do nothing without a bar.
+func (p *Progress) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil && !p.finished {
+		p.bar.Clear()
+	}
+}
+
+// Redraw draws the bar again after Clear.
+func (p *Progress) Redraw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil && !p.finished {
+		p.bar.RenderBlank()
+	}
+}
+
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(interface{ Fd() uintptr })

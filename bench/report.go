@@ -15,25 +15,29 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 )
 
-// SchemaV1 is the report's schema name (DESIGN.md section 8).
+// SchemaV1 is the report's schema name (docs/contract.md, "Benchmark report").
 const SchemaV1 = "detcoll.bench.v1"
 
 // ContractTree names detcoll's reduction tree in the report's contract.
 const ContractTree = "pairwise-adjacent-lower-left"
 
-// Report is a benchmark report, schema detcoll.bench.v1. Every field of
-// DESIGN.md section 8 is present; graph, seed and transport are additions
-// that make a run reproducible, and extra holds whatever the caller adds
-// (for example raw_loopback_gbps).
+// Report is a benchmark report, schema detcoll.bench.v1 (docs/contract.md,
+// "Benchmark report", lists every field). extra holds whatever the caller adds (for
+// example raw_loopback_gbps). Later v1 reports may add fields; readers
+// ignore the ones they do not know.
 type Report struct {
 	Schema               string         `json:"schema"`
 	DetcollVersion       string         `json:"detcoll_version"`
-	GitCommit            string         `json:"git_commit"`
-	StartedAt            string         `json:"started_at"` // RFC 3339, UTC, rank 0's clock
+	GitCommit            string         `json:"git_commit"`        // 40 hex digits or "unknown"
+	GitDirty             *bool          `json:"git_dirty"`         // uncommitted changes in the tree built; null when unknown
+	GitCommitSource      string         `json:"git_commit_source"` // ldflags, buildinfo, checkout or "" (see Build)
+	StartedAt            string         `json:"started_at"`        // RFC 3339, UTC, rank 0's clock
 	WorldSize            int            `json:"world_size"`
 	Nodes                int            `json:"nodes"`
 	Device               DeviceInfo     `json:"device"`
 	Backend              string         `json:"backend"`
+	Baseline             string         `json:"baseline"`       // what the native columns ran: "NCCL", "RCCL", "ring (detcoll's reference of Gloo's order)"
+	Peer                 *PeerInfo      `json:"peer,omitempty"` // a real peer's figures (--peer), rows' peer_median_us
 	Transport            string         `json:"transport,omitempty"`
 	Contract             Contract       `json:"contract"`
 	Warmup               int            `json:"warmup"`
@@ -62,13 +66,20 @@ type Row struct {
 	InputBytes         int64  `json:"input_bytes"`          // per rank, as run (see Op)
 
 	Deterministic Timing `json:"deterministic"`
-	Native        Timing `json:"native"`
+	Native        Timing `json:"native"` // the baseline on default buffers
+	// NativeSymmetric is the baseline on symmetric registered buffers, when
+	// the backend and library have them (SymmetricCase); else absent.
+	NativeSymmetric *Timing `json:"native_symmetric,omitempty"`
+	// NativeBest is "default" or "symmetric": the faster baseline (by
+	// median), the one latency_ratio_vs_native divides by.
+	NativeBest string `json:"native_best"`
 
-	LatencyRatioVsNative float64 `json:"latency_ratio_vs_native"` // deterministic median / native median
-	InputGBps            float64 `json:"input_gbps"`              // input_bytes / deterministic median, 1e9 B/s
-	NativeInputGBps      float64 `json:"native_input_gbps"`       // input_bytes / native median
-	BusGBps              float64 `json:"bus_gbps"`                // BusBytes / deterministic median
-	NativeBusGBps        float64 `json:"native_bus_gbps"`         // BusBytes / native median
+	LatencyRatioVsNative        float64 `json:"latency_ratio_vs_native"`         // deterministic median / the faster baseline's median
+	LatencyRatioVsNativeDefault float64 `json:"latency_ratio_vs_native_default"` // deterministic median / the default-buffer baseline's median
+	InputGBps                   float64 `json:"input_gbps"`                      // input_bytes / deterministic median, 1e9 B/s
+	NativeInputGBps             float64 `json:"native_input_gbps"`               // input_bytes / native median
+	BusGBps                     float64 `json:"bus_gbps"`                        // BusBytes / deterministic median
+	NativeBusGBps               float64 `json:"native_bus_gbps"`                 // BusBytes / native median
 
 	// RepeatBitwise: the output of the first run and of the last timed
 	// iteration are the same bytes on every rank, and (all_reduce,
@@ -83,9 +94,31 @@ type Row struct {
 	// NaN against a number is +Inf). Native is a performance reference.
 	MaxAbsVsNative Float `json:"max_abs_vs_native"`
 
+	// WrongElements is the number of output elements, over every rank's
+	// checked range (see the package doc), that differ from the oracle:
+	// nccl-tests' #wrong. 0 when oracle_bitwise.
+	WrongElements int64 `json:"wrong_elements"`
+	// InPlace is the same algorithm run in place (recv = send for
+	// all_reduce, send = this rank's block of recv for all_gather), when
+	// the backend can (absent for reduce_scatter, which detcoll does not
+	// run in place).
+	InPlace *InPlace `json:"in_place,omitempty"`
+	// PeerMedianUS is the peer's median for this (operation, dtype,
+	// input_bytes) and LatencyRatioVsPeer the deterministic median over it,
+	// when the report has a peer with that row; else absent.
+	PeerMedianUS       float64 `json:"peer_median_us,omitempty"`
+	LatencyRatioVsPeer float64 `json:"latency_ratio_vs_peer,omitempty"`
+
 	WorkspaceBytes           int64 `json:"workspace_bytes"`             // detcoll workspace retained after the row (max over ranks)
 	PeakAllocatedBytes       int64 `json:"peak_allocated_bytes"`        // detcoll's peak extra allocation in the row (max over ranks)
 	NativePeakAllocatedBytes int64 `json:"native_peak_allocated_bytes"` // the native collective's (max over ranks)
+}
+
+// InPlace is a row's in-place measurement and check.
+type InPlace struct {
+	Timing        Timing `json:"timing"`
+	OracleBitwise bool   `json:"oracle_bitwise"`
+	WrongElements int64  `json:"wrong_elements"`
 }
 
 // Timing summarises samples; every sample is the slowest rank's mean time
@@ -314,6 +347,12 @@ func (row Row) validate(samples int) error {
 		if !(v.v >= 0) || math.IsInf(v.v, 0) {
 			bad("%s = %g", v.name, v.v)
 		}
+	}
+	if row.NativeBest != "" && row.NativeBest != "default" && row.NativeBest != "symmetric" {
+		bad("native_best %q", row.NativeBest)
+	}
+	if row.NativeBest == "symmetric" && row.NativeSymmetric == nil {
+		bad("native_best symmetric without native_symmetric")
 	}
 	if !(float64(row.MaxAbsVsNative) >= 0) {
 		bad("max_abs_vs_native = %g", float64(row.MaxAbsVsNative))

@@ -15,32 +15,13 @@ import (
 // latencies in µs, their ratio, input and bus bandwidth in GB/s (1e9 B/s)
 // of the deterministic run, and the repeat and oracle checks (✓ or ✗).
 func (r *Report) Table(w io.Writer) error {
-	names := strings.Join(r.Device.Names, ", ")
-	if names != "" {
-		names = ": " + names
-	}
-	transport := ""
-	if r.Transport != "" {
-		transport = ", transport " + r.Transport
-	}
-	if _, err := fmt.Fprintf(w, "detcoll %s bench: W=%d on %d node(s), backend %s%s, device %s%s\n"+
-		"contract %s, accumulate %s; warmup %d, %d iterations × %d samples, median of the slowest rank\n",
-		r.DetcollVersion, r.WorldSize, r.Nodes, r.Backend, transport, r.Device.Kind, names,
-		r.Contract.Version, r.Contract.Accumulate, r.Warmup, r.Iterations, r.Samples); err != nil {
-		return err
-	}
-	cells := [][]string{{"op", "dtype", "algorithm", "bytes", "det µs", "native µs", "ratio", "in GB/s", "bus GB/s", "native bus GB/s", "repeat", "oracle", "max|Δ| vs native"}}
+	p := NewRowPrinter(w, "table")
+	p.Header(r)
 	for _, row := range r.Rows {
-		cells = append(cells, []string{string(row.Operation), row.DType, row.Algorithm, HumanBytes(row.InputBytes),
-			fixed(row.Deterministic.MedianUS, 1), fixed(row.Native.MedianUS, 1), fixed(row.LatencyRatioVsNative, 2),
-			sig(row.InputGBps), sig(row.BusGBps), sig(row.NativeBusGBps),
-			mark(row.RepeatBitwise), mark(row.OracleBitwise), strconv.FormatFloat(float64(row.MaxAbsVsNative), 'g', 3, 64)})
+		p.Row(r, row)
 	}
-	if err := writeAligned(w, cells, 3); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "all ranks repeat bitwise: %s\n", mark(r.AllRankRepeatBitwise))
-	return err
+	p.Footer(r)
+	return nil
 }
 
 // writeAligned writes cells as columns two spaces apart: the first left

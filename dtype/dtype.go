@@ -1,7 +1,7 @@
 // Package dtype names the element types detcoll moves and reduces, and
 // converts the 16-bit float formats to and from float32.
 //
-// Conversions follow DESIGN.md section 3: widening (fp16/bf16 → float32) is
+// Conversions follow docs/contract.md, "add(a, b) per dtype": widening (fp16/bf16 → float32) is
 // exact; narrowing (float32 → fp16/bf16) rounds to nearest, ties to even,
 // overflows to infinity, keeps subnormals, and maps every NaN to the
 // canonical quiet NaN of the target type. All functions are pure and safe for
@@ -27,7 +27,7 @@ const (
 	Byte
 )
 
-// Canonical quiet NaNs (DESIGN.md section 3).
+// Canonical quiet NaNs (docs/contract.md, "add(a, b) per dtype").
 const (
 	CanonicalNaN32 uint32 = 0x7FC00000
 	CanonicalNaN64 uint64 = 0x7FF8000000000000

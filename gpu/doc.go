@@ -1,13 +1,17 @@
-// Package gpu is detcoll's NVIDIA device layer: devices and their memory,
-// and the deterministic reduce kernels — CUDA C embedded in the binary
-// (kernels/reduce.cu), compiled by NVRTC on first use for the device's own
-// architecture and cached (see internal/nvrtc).
+// Package gpu is detcoll's device layer for NVIDIA and AMD GPUs: devices
+// and their memory, and the deterministic reduce kernels — one CUDA C
+// source embedded in the binary (kernels/reduce.cu), compiled on first use
+// for the device's own architecture and cached: by NVRTC on NVIDIA
+// (internal/nvrtc), by hiprtc on AMD (internal/hiprtc). Both vendors go
+// through the vendor-neutral runtime of package gpu/devrt (gpu/devrt/cudart,
+// gpu/devrt/hiprt); the AMD side has never run on AMD hardware
+// (docs/rocm.md).
 //
 // # The arithmetic contract
 //
 // ReduceKernels.Reduce and ReduceStrided compute, for every element, the
-// tree of DESIGN.md section 2 over the W inputs in rank order with the
-// addition of section 3, bit for bit equal to reduce.Oracle: fp32 and fp64
+// tree of docs/contract.md ("The tree") over the W inputs in rank order with
+// the addition of its "add(a, b) per dtype", bit for bit equal to reduce.Oracle: fp32 and fp64
 // with IEEE round-to-nearest-even additions (no FMA, no flush-to-zero);
 // fp16 and bf16 either rounding every node to the type (reduce.Native) or
 // summing in float32 and rounding once (reduce.F32); NaN results written as
@@ -16,7 +20,7 @@
 // # Devices, threads and contexts
 //
 // A *Device owns one retain of its GPU's primary context (the context the
-// CUDA runtime and NCCL also use). Every Device method, and every launch of
+// CUDA runtime and NCCL also use; on AMD, HIP's current device). Every Device method, and every launch of
 // ReduceKernels, locks the calling goroutine to its OS thread, makes the
 // context current there and unlocks again, so callers need not care which
 // thread they run on. Code that calls internal/cuda directly for a device
@@ -25,7 +29,7 @@
 //
 // # Memory and ownership
 //
-// Device memory is addressed by cuda.DevicePtr. Alloc'd memory belongs to
+// Device memory is addressed by DevicePtr (devrt.Ptr, for both vendors). Alloc'd memory belongs to
 // the caller, who frees it with Free before Close. Copies and fills with Go
 // slices (CopyHtoD, CopyDtoH, CopyDtoD, Memset) are complete when they
 // return, but they run on the legacy stream and do not wait for work queued
@@ -38,7 +42,8 @@
 // Argument errors (nil pointers with count > 0, count < 0, W < 1 or too
 // large, an unsupported dtype or mode, misaligned or partially overlapping
 // buffers) wrap reduce.ErrArgs and are detected before anything is
-// enqueued. Driver and compiler failures are *cuda.Error / *nvrtc.Error.
-// Without a usable driver (no GPU, or a build without cgo) Open fails with
-// an error wrapping cuda.ErrUnavailable.
+// enqueued. Driver and compiler failures are the vendor's errors
+// (*cuda.Error and *nvrtc.Error on NVIDIA, *hip.Error and *hiprtc.Error on
+// AMD). Without a usable driver (no GPU, or a build without cgo) Open fails
+// with an error saying so (wrapping the vendor's ErrUnavailable).
 package gpu

@@ -25,7 +25,7 @@
 // SP, the weight gradients over CP) are identical on every rank that holds
 // them.
 //
-// # Canonical K chunks (DESIGN.md section 4)
+// # Canonical K chunks (docs/contract.md, "Layouts")
 //
 // Every GEMM is MatMul: the shared dimension K is split into L canonical
 // chunks (ChunkBounds: contiguous, as even as possible); each chunk is a

@@ -33,7 +33,7 @@ func ChunkBounds(k, l, c int) (lo, hi int) {
 // i.e. a float32 accumulator that starts at +0 and adds the float32-rounded
 // products in ascending k, then rounds once to the dtype (RNE; NaN
 // canonical). The l partials are joined by the canonical pairwise tree of
-// DESIGN.md section 2 with the dtype's addition (reduce.Oracle, accumulate
+// docs/contract.md, "The tree" with the dtype's addition (reduce.Oracle, accumulate
 // native): for l = 8, ((c0+c1)+(c2+c3))+((c4+c5)+(c6+c7)).
 //
 // A and B must share a dtype (bf16, fp16 or fp32), which is C's dtype.

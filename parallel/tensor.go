@@ -219,7 +219,7 @@ func load(dt dtype.DType, b []byte, i int) float32 {
 }
 
 // store rounds v to dt (nearest even) into element i; any NaN is written as
-// the dtype's canonical quiet NaN (DESIGN.md section 3).
+// the dtype's canonical quiet NaN (docs/contract.md, "add(a, b) per dtype").
 func store(dt dtype.DType, b []byte, i int, v float32) {
 	switch dt {
 	case dtype.BF16:

@@ -1,4 +1,4 @@
-// Package reduce does the arithmetic of DESIGN.md section 3 on host memory:
+// Package reduce does the arithmetic of docs/contract.md, "add(a, b) per dtype" on host memory:
 // the canonical tree over W rank buffers, per dtype and accumulate mode.
 //
 // Two implementations: Oracle, a deliberately naive per-element reference

@@ -1,5 +1,5 @@
 // Package tree is the schedule layer: the fixed reduction tree of
-// DESIGN.md section 2 and the shard and lane offsets every algorithm uses.
+// docs/contract.md, "The tree" and the shard and lane offsets every algorithm uses.
 // Everything here is a pure function of its arguments.
 package tree
 

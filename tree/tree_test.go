@@ -20,7 +20,7 @@ func TestExpr(t *testing.T) {
 	}
 }
 
-// The subtree property of DESIGN.md section 2: for W = 2^k the tree equals the
+// The subtree property of docs/contract.md, "The tree": for W = 2^k the tree equals the
 // tree over the roots of aligned blocks of 2^j ranks.
 func TestSubtreeProperty(t *testing.T) {
 	for k := 1; k <= 5; k++ {

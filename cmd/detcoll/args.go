@@ -23,7 +23,9 @@ func normalizeListFlags(args []string) []string {
 		if hasEq {
 			vals = append(vals, val)
 		}
-		for i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+		// A value that looks like a negative number is a (bad) value, not
+		// a flag, so that "--size-bytes -4096" is reported as a size.
+		for i+1 < len(args) && (!strings.HasPrefix(args[i+1], "-") || negativeNumber(args[i+1])) {
 			vals = append(vals, args[i+1])
 			i++
 		}
@@ -31,3 +33,6 @@ func normalizeListFlags(args []string) []string {
 	}
 	return out
 }
+
+// negativeNumber reports whether a looks like "-4096" or "-4K".
+func negativeNumber(a string) bool { return len(a) > 1 && a[0] == '-' && a[1] >= '0' && a[1] <= '9' }

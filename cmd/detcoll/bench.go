@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,81 +21,113 @@ func init() { extraCommands = append(extraCommands, benchCmd) }
 
 func benchCmd() *cobra.Command {
 	var (
-		dt, acc, device, output, plot string
-		ops, algs                     []string
-		sizes                         []string
-		warmup, iters, samples, nproc int
-		graph                         bool
-		seed                          uint64
+		dt, acc, device, output, plot, format, peer string
+		ops, algs                                   []string
+		sizes                                       []string
+		minB, maxB                                  string
+		factor                                      int
+		warmup, iters, samples, nproc               int
+		graph                                       bool
+		seed                                        uint64
+		timeout                                     time.Duration
 	)
+	env := &envReader{}
 	cmd := &cobra.Command{
 		Use:   "bench [flags]",
 		Short: "Measure the deterministic collectives against the native ones and write a detcoll.bench.v1 report",
 		Long: `bench times AllReduce, AllGather and ReduceScatter with every algorithm
-against the native collective on the same buffers (NCCL/RCCL on GPUs, the
-ring reduce-scatter + all-gather Gloo uses on CPUs), checks that results are
-bitwise stable across repeats and ranks and equal to the host oracle, and
-prints a table. Every sample is the slowest rank's time.
+against the native collective on the same buffers (NCCL/RCCL on GPUs; on
+CPUs detcoll's own ring reduce-scatter + all-gather, the order Gloo uses,
+or a real peer's figures with --peer), checks that results are bitwise
+stable across repeats and ranks and equal to the host oracle, and prints a
+row as each finishes. Every sample is the slowest rank's time.
 
 Started by a launcher (detcoll launch, torchrun, Slurm, Open MPI) it runs as
 one rank; otherwise it launches --nproc-per-node copies of itself on this
-host over TCP loopback. List flags take space- or comma-separated values:
-  detcoll bench --operations all_reduce all_gather --size-bytes 4096 65536`,
+host over TCP loopback. Every input is checked before any work; a bad one
+exits with status 2 naming the flag or variable.
+
+Sizes are per-rank input bytes (see docs/contract.md, "Benchmark report"): a whole
+number of elements of --dtype; reduce_scatter rows round down to a multiple
+of W elements (the row records both). List flags take space- or
+comma-separated values; -b/-e/-f sweep as nccl-tests does:
+  detcoll bench --operations all_reduce all_gather --size-bytes 4096 65536
+  detcoll bench -b 8K -e 64M -f 4 --format nccl-tests`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg := bench.Config{Warmup: warmup, Iterations: iters, Samples: samples, Graph: graph, Seed: seed, DetcollVersion: version}
-			var err error
-			if cfg.DType, err = dtype.Parse(dt); err != nil {
+			if err := env.err(); err != nil {
 				return err
 			}
+			fl := cmd.Flags()
+			cfg := bench.Config{Warmup: warmup, Iterations: iters, Samples: samples, Graph: graph, Seed: seed,
+				DetcollVersion: version, Build: build()}
+			var err error
+			if cfg.DType, err = dtype.Parse(dt); err != nil || !cfg.DType.Valid() {
+				return app.Usage("--dtype", fmt.Errorf("%q is not bf16, fp16, fp32 or fp64", dt))
+			}
 			if cfg.Accumulate, err = reduce.ParseAccumulate(acc); err != nil {
-				return err
+				return app.Usage("--accumulate", err)
 			}
 			for _, o := range splitList(ops) {
 				op, err := bench.ParseOp(o)
 				if err != nil {
-					return err
+					return app.Usage("--operations", err)
 				}
 				cfg.Operations = append(cfg.Operations, op)
 			}
 			for _, a := range splitList(algs) {
 				alg, err := detcoll.ParseAlgorithm(a)
 				if err != nil {
-					return err
+					return app.Usage("--algorithms", err)
 				}
 				cfg.Algorithms = append(cfg.Algorithms, alg)
 			}
 			for _, s := range splitList(sizes) {
 				n, err := parseBytes(s)
 				if err != nil {
-					return err
+					return app.Usage("--size-bytes", err)
 				}
 				cfg.SizesBytes = append(cfg.SizesBytes, n)
+			}
+			sweep := fl.Changed("minbytes") || fl.Changed("maxbytes") || fl.Changed("stepfactor")
+			if sweep {
+				if len(cfg.SizesBytes) > 0 {
+					return app.Usage("--size-bytes", fmt.Errorf("give either --size-bytes or the -b/-e/-f sweep, not both"))
+				}
+				if cfg.SizesBytes, err = sweepSizes(minB, maxB, factor); err != nil {
+					return err
+				}
 			}
 			if len(cfg.SizesBytes) == 0 {
 				cfg.SizesBytes = app.DefaultSizes
 			}
 			return app.Bench(cmd.Context(), app.BenchOptions{
-				Config: cfg, Device: device, NprocPerNode: nproc, Output: output, Plot: plot,
-				Args: os.Args[1:], Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				Config: cfg, Device: device, NprocPerNode: nproc, Output: output, Plot: plot, Format: format, Peer: peer,
+				Timeout: timeout, Args: os.Args[1:], Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dt, "dtype", envDefault("DETCOLL_DTYPE", "bf16"), "bf16, fp16, fp32 or fp64 [DETCOLL_DTYPE]")
 	f.StringSliceVar(&ops, "operations", strings.Fields(envDefault("DETCOLL_OPERATIONS", "all_reduce all_gather reduce_scatter")), "operations [DETCOLL_OPERATIONS]")
-	f.StringSliceVar(&sizes, "size-bytes", strings.Fields(envDefault("DETCOLL_SIZE_BYTES", "")), "per-rank input sizes in bytes (K, M, G suffixes allowed) [DETCOLL_SIZE_BYTES]")
+	f.StringSliceVar(&sizes, "size-bytes", strings.Fields(envDefault("DETCOLL_SIZE_BYTES", "")), "per-rank input sizes in bytes (K, M, G suffixes allowed), whole elements of --dtype [DETCOLL_SIZE_BYTES]")
+	f.StringVarP(&minB, "minbytes", "b", "32M", "sweep: smallest size (as nccl-tests -b)")
+	f.StringVarP(&maxB, "maxbytes", "e", "32M", "sweep: largest size (as nccl-tests -e)")
+	f.IntVarP(&factor, "stepfactor", "f", 2, "sweep: size multiplier ≥ 2 (as nccl-tests -f)")
 	f.StringSliceVar(&algs, "algorithms", strings.Fields(envDefault("DETCOLL_ALGORITHMS", "gather_tree a2a_tree")), "algorithms: auto, gather_tree, a2a_tree, one_shot, two_shot (all_gather rows: direct for the NCCL ones, ipc for the peer-memory ones) [DETCOLL_ALGORITHMS]")
 	f.StringVar(&acc, "accumulate", envDefault("DETCOLL_ACCUMULATE", "native"), "fp16/bf16 accumulation: native or f32 [DETCOLL_ACCUMULATE]")
-	f.IntVar(&warmup, "warmup", envInt("DETCOLL_WARMUP", 3), "warm-up iterations [DETCOLL_WARMUP]")
-	f.IntVar(&iters, "iterations", envInt("DETCOLL_ITERATIONS", 5), "iterations per sample [DETCOLL_ITERATIONS]")
-	f.IntVar(&samples, "samples", envInt("DETCOLL_SAMPLES", 5), "samples per row [DETCOLL_SAMPLES]")
+	f.IntVar(&warmup, "warmup", env.int("DETCOLL_WARMUP", 3), "warm-up iterations ≥ 0 [DETCOLL_WARMUP]")
+	f.IntVar(&iters, "iterations", env.int("DETCOLL_ITERATIONS", 5), "iterations per sample ≥ 1 [DETCOLL_ITERATIONS]")
+	f.IntVar(&samples, "samples", env.int("DETCOLL_SAMPLES", 5), "samples per row ≥ 1 [DETCOLL_SAMPLES]")
 	f.StringVar(&output, "output", envDefault("DETCOLL_OUTPUT", "detcoll-bench.json"), "write the JSON report here; empty for none [DETCOLL_OUTPUT]")
-	f.StringVar(&plot, "plot", envDefault("DETCOLL_PLOT", ""), "write a latency plot (.svg or .png) [DETCOLL_PLOT]")
+	f.StringVar(&plot, "plot", envDefault("DETCOLL_PLOT", ""), "write latency and bandwidth plots (.svg or .png) [DETCOLL_PLOT]")
+	f.StringVar(&format, "format", envDefault("DETCOLL_FORMAT", "table"), "rows as they finish: table (detcoll's columns) or nccl-tests (its columns and busbw factors) [DETCOLL_FORMAT]")
+	f.StringVar(&peer, "peer", envDefault("DETCOLL_PEER", ""), "a peer's figures (JSON, docs/contract.md \"Peer figures\") for the ratio column, e.g. Open MPI's [DETCOLL_PEER]")
 	f.StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "auto, cpu, cuda or rocm [DETCOLL_DEVICE]")
-	f.IntVar(&nproc, "nproc-per-node", envInt("DETCOLL_NPROC_PER_NODE", 4), "ranks to start when no launcher started this process [DETCOLL_NPROC_PER_NODE]")
-	f.BoolVar(&graph, "graph", envDefault("DETCOLL_GRAPH", "") == "1", "time CUDA-graph launches (GPU only) [DETCOLL_GRAPH=1]")
-	f.Uint64Var(&seed, "seed", 1, "input seed")
+	f.IntVar(&nproc, "nproc-per-node", env.int("DETCOLL_NPROC_PER_NODE", 4), "ranks (≥ 1) to start when no launcher started this process [DETCOLL_NPROC_PER_NODE]")
+	f.BoolVar(&graph, "graph", env.bool("DETCOLL_GRAPH", false), "time CUDA-graph launches (GPU devices only) [DETCOLL_GRAPH=1]")
+	f.Uint64Var(&seed, "seed", env.uint64("DETCOLL_SEED", 1), "input seed [DETCOLL_SEED]")
+	f.DurationVar(&timeout, "timeout", env.duration("DETCOLL_TIMEOUT", 5*time.Minute), "bound of every phase: each collective, sample, the ring baseline and the raw TCP measurement [DETCOLL_TIMEOUT]")
 	return cmd
 }
 
@@ -110,7 +144,11 @@ func splitList(v []string) []string {
 // parseBytes accepts plain byte counts and K/M/G (binary) suffixes.
 func parseBytes(s string) (int, error) {
 	mult := 1
-	u := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(s), "IB"), "B"))
+	t := strings.TrimSpace(s)
+	if strings.HasPrefix(t, "-") {
+		return 0, fmt.Errorf("size %q is negative", s)
+	}
+	u := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(t), "IB"), "B"))
 	switch {
 	case strings.HasSuffix(u, "K"):
 		mult, u = 1<<10, strings.TrimSuffix(u, "K")
@@ -123,12 +161,102 @@ func parseBytes(s string) (int, error) {
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("size %q is not a positive byte count", s)
 	}
+	if n > math.MaxInt/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
 	return n * mult, nil
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
+// sweepSizes is nccl-tests' -b/-e/-f: min, min·f, min·f², … up to max.
+func sweepSizes(minS, maxS string, factor int) ([]int, error) {
+	lo, err := parseBytes(minS)
+	if err != nil {
+		return nil, app.Usage("-b/--minbytes", err)
 	}
-	return def
+	hi, err := parseBytes(maxS)
+	if err != nil {
+		return nil, app.Usage("-e/--maxbytes", err)
+	}
+	if hi < lo {
+		return nil, app.Usage("-e/--maxbytes", fmt.Errorf("%s is below -b %s", maxS, minS))
+	}
+	if factor < 2 {
+		return nil, app.Usage("-f/--stepfactor", fmt.Errorf("%d: want an integer ≥ 2", factor))
+	}
+	var out []int
+	for s := lo; s <= hi; s *= factor {
+		out = append(out, s)
+		if s > math.MaxInt/factor {
+			break
+		}
+	}
+	return out, nil
+}
+
+// envReader reads flag defaults from the environment and remembers the
+// first malformed value, so that RunE reports it (a usage error naming the
+// variable) instead of silently using the default.
+type envReader struct{ errs []error }
+
+func (e *envReader) err() error {
+	if len(e.errs) > 0 {
+		return e.errs[0]
+	}
+	return nil
+}
+
+func (e *envReader) bad(name, v, want string) {
+	e.errs = append(e.errs, app.Usage(name, fmt.Errorf("%q is not %s", v, want)))
+}
+
+func (e *envReader) int(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		e.bad(name, v, "an integer")
+		return def
+	}
+	return n
+}
+
+func (e *envReader) uint64(name string, def uint64) uint64 {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 0, 64)
+	if err != nil {
+		e.bad(name, v, "an unsigned integer")
+		return def
+	}
+	return n
+}
+
+func (e *envReader) bool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		e.bad(name, v, "1, 0, true or false")
+		return def
+	}
+	return b
+}
+
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		e.bad(name, v, "a positive duration (e.g. 30s, 5m)")
+		return def
+	}
+	return d
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,18 +12,52 @@ import (
 	"github.com/detcoll/detcoll/bench"
 )
 
-// buildDetcoll builds the command once per test binary run.
+// Binaries built once by TestMain: detcollBin unstamped (as `go build`
+// makes it here, -buildvcs=false), stampedBin with the Makefile's -ldflags.
+var detcollBin, stampedBin, buildErr string
+
+// The stamp of stampedBin.
+const (
+	stampCommit  = "0123456789abcdef0123456789abcdef01234567"
+	stampVersion = "v9.9.9-test"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	var dir string
+	if !testing.Short() {
+		var err error
+		dir, err = os.MkdirTemp("", "detcoll-cli-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		detcollBin, stampedBin = filepath.Join(dir, "detcoll"), filepath.Join(dir, "detcoll-stamped")
+		ld := "-X main.commit=" + stampCommit + " -X main.dirty=true -X main.version=" + stampVersion
+		for _, args := range [][]string{{"build", "-o", detcollBin, "."}, {"build", "-ldflags", ld, "-o", stampedBin, "."}} {
+			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+				buildErr = fmt.Sprintf("go %v: %v\n%s", args, err, out)
+				break
+			}
+		}
+	}
+	code := m.Run()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+// buildDetcoll returns the binary TestMain built.
 func buildDetcoll(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("-short: skipping the end-to-end build")
+		t.Skip("-short: skipping the end-to-end tests of the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "detcoll")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if buildErr != "" {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return detcollBin
 }
 
 // The main job end to end: bench under the launcher and bench spawning its

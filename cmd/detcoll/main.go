@@ -9,13 +9,44 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/cmd/detcoll/internal/app"
 )
 
-// version is set with -ldflags "-X main.version=…" by release builds.
-var version = "dev"
+// version, commit and dirty are stamped at build time by the Makefile
+// (`make detcoll`): -ldflags "-X main.version=… -X main.commit=… -X
+// main.dirty=true|false". Unstamped builds find the commit at run time
+// (bench.ResolveBuild: the Go build information, else git in a detcoll
+// checkout), since this toolchain builds with -buildvcs=false.
+var (
+	version = "dev"
+	commit  = ""
+	dirty   = ""
+)
+
+// build is the code this binary was made from, resolved once.
+var build = sync.OnceValue(func() bench.Build { return bench.ResolveBuild(commit, dirty) })
+
+// versionLine is what `detcoll --version` prints.
+func versionLine() string {
+	b := build()
+	state := "dirty state unknown"
+	if b.Dirty != nil {
+		state = map[bool]string{true: "dirty", false: "clean"}[*b.Dirty]
+	}
+	src := ""
+	if b.Source != "" {
+		src = ", from " + b.Source
+	}
+	return fmt.Sprintf("detcoll %s, commit %s (%s%s), contract %s, %s\n", version, b.Commit, state, src, detcoll.ContractVersion, runtime.Version())
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -26,6 +57,10 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	cobra.AddTemplateFunc("detcollVersion", versionLine) // resolved only when --version asks
+	root.SetVersionTemplate("{{detcollVersion}}")
+	// A flag the parser rejects is a usage error (exit status 2).
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return app.Usage("", err) })
 	root.AddCommand(reduceCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
@@ -34,7 +69,10 @@ func main() {
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "detcoll:", err)
+		var q interface{ Quiet() bool }
+		if !errors.As(err, &q) || !q.Quiet() {
+			fmt.Fprintln(os.Stderr, "detcoll:", err)
+		}
 		var ec interface{ ExitCode() int }
 		if errors.As(err, &ec) {
 			os.Exit(ec.ExitCode())

@@ -32,30 +32,35 @@ pass/fail table and exits non-zero on any mismatch. Run it on a new cluster.`,
 			for _, s := range splitList(worlds) {
 				n, err := strconv.Atoi(s)
 				if err != nil || n < 1 {
-					return fmt.Errorf("--world-sizes: %q is not a positive integer", s)
+					return app.Usagef("--world-sizes", "%q is not a positive integer", s)
 				}
 				o.WorldSizes = append(o.WorldSizes, n)
 			}
 			for _, s := range splitList(counts) {
 				n, err := strconv.Atoi(s)
 				if err != nil || n < 0 {
-					return fmt.Errorf("--counts: %q is not a count", s)
+					return app.Usagef("--counts", "%q is not a count", s)
 				}
 				o.Counts = append(o.Counts, n)
 			}
+			switch device {
+			case "auto", "cpu", "cuda", "rocm":
+			default:
+				return app.Usagef("--device", "%q is not auto, cpu, cuda or rocm", device)
+			}
+			o.Device = device
 			if app.Launched(os.Getenv) {
-				o.Device = device
 				_, err := app.VerifyJob(cmd.Context(), o)
 				return err
 			}
-			_, err := app.Verify(cmd.Context(), o)
+			_, err := app.VerifyDevice(cmd.Context(), o)
 			return err
 		},
 	}
 	cmd.Flags().StringSliceVar(&worlds, "world-sizes", []string{"1,2,3,4,5,8"}, "world sizes of the in-process groups")
 	cmd.Flags().StringSliceVar(&transports, "transports", []string{"inproc,tcp"}, "host transports to check")
 	cmd.Flags().StringSliceVar(&counts, "counts", nil, "element counts per rank (default 1 7 1031 65537)")
-	cmd.Flags().StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "under a launcher: the device whose job collectives to check (auto, cpu, cuda; rocm has no verifier yet) [DETCOLL_DEVICE]")
+	cmd.Flags().StringVar(&device, "device", envDefault("DETCOLL_DEVICE", "auto"), "the device whose collectives to check: auto (a GPU if one is usable), cpu, cuda or rocm; cuda or rocm fail when none of that device's collectives could run (under a launcher: across the job; alone: as a job of one rank) [DETCOLL_DEVICE]")
 	return cmd
 }
 
@@ -70,8 +75,10 @@ func envCmd() *cobra.Command {
 			if asJSON {
 				// "gpu" (NVIDIA) and "rocm" (AMD) are there when the build has them.
 				m := app.EnvJSON()
-				for k, v := range map[string]any{"detcoll_version": version, "contract": detcoll.ContractVersion, "go": runtime.Version(),
-					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": lenv} {
+				b := build()
+				for k, v := range map[string]any{"detcoll_version": version, "git_commit": b.Commit, "git_dirty": b.Dirty,
+					"contract": detcoll.ContractVersion, "go": runtime.Version(),
+					"gomaxprocs": runtime.GOMAXPROCS(0), "launch_env": redactedEnv(lenv, lerr)} {
 					m[k] = v
 				}
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(m)
@@ -90,4 +97,15 @@ func envCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// redactedEnv is the launcher environment for `detcoll env --json`
+// without the store token: whether one is set, never its value.
+func redactedEnv(e launch.Env, err error) map[string]any {
+	m := map[string]any{"rank": e.Rank, "world_size": e.WorldSize, "local_rank": e.LocalRank,
+		"local_world_size": e.LocalWorldSize, "store_addr": e.StoreAddr, "source": e.Source, "token_set": e.Token != ""}
+	if err != nil {
+		m["error"] = err.Error()
+	}
+	return m
 }

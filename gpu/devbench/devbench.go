@@ -159,6 +159,15 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+// Baseline names the native columns: "NCCL" or "RCCL" (the symmetric
+// column, where there is one, is the same library on registered buffers).
+func (b *Backend) Baseline() string {
+	if b.comm.Vendor() == "rocm" {
+		return "RCCL"
+	}
+	return "NCCL"
+}
+
 // Name is "cuda" (or "rocm", from NewVendor).
 func (b *Backend) Name() string { return b.comm.Vendor() }
 
@@ -220,10 +229,12 @@ func (b *Backend) Prepare(ctx context.Context, spec bench.CaseSpec) (bench.Case,
 }
 
 type graphKey struct {
-	native bool
-	alg    detcoll.Algorithm
-	acc    detcoll.Accumulate
-	iters  int
+	native    bool
+	symmetric bool
+	inPlace   bool
+	alg       detcoll.Algorithm
+	acc       detcoll.Accumulate
+	iters     int
 }
 
 type gpuCase struct {
@@ -242,6 +253,17 @@ type gpuCase struct {
 
 	natFree0 uint64
 	natPeak  int
+
+	// The symmetric-buffer baseline (SymmetricCase): ncclMemAlloc'd input
+	// and output, registered as NCCL_WIN_COLL_SYMMETRIC windows on the
+	// first run.
+	ssend, srecv uint64
+	swin         []*ccl.Window
+
+	// The in-place buffer (bench.InPlaceCase): all_reduce the input's
+	// size, all_gather the output's.
+	inplace  devcomm.Buffer
+	ihost    []byte
 	detFree0 uint64
 	detPeak  int
 }
@@ -259,6 +281,11 @@ func (k *gpuCase) det(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Ac
 }
 
 func (k *gpuCase) native() (func() error, error) {
+	return k.nativeOn(uint64(k.send.Ptr), uint64(k.nrecv.Ptr))
+}
+
+// nativeOn is the native collective from send into recv.
+func (k *gpuCase) nativeOn(send, recv uint64) (func() error, error) {
 	nc := k.c.CCL()
 	if nc == nil {
 		return nil, k.c.Err()
@@ -268,7 +295,7 @@ func (k *gpuCase) native() (func() error, error) {
 		return nil, err
 	}
 	s := uintptr(k.c.Stream())
-	send, recv, n := uint64(k.send.Ptr), uint64(k.nrecv.Ptr), k.count
+	n := k.count
 	switch k.spec.Op {
 	case bench.AllReduce:
 		return func() error { return nc.AllReduce(send, recv, n, ndt, ccl.Sum, s) }, nil
@@ -276,6 +303,133 @@ func (k *gpuCase) native() (func() error, error) {
 		return func() error { return nc.AllGather(send, recv, n, ndt, s) }, nil
 	}
 	return func() error { return nc.ReduceScatter(send, recv, n, ndt, ccl.Sum, s) }, nil
+}
+
+// PrepareSymmetric allocates the symmetric input and output with
+// ncclMemAlloc and uploads the input; bench.ErrNoSymmetric when the loaded
+// library lacks the window API (NCCL < 2.27, RCCL).
+func (k *gpuCase) PrepareSymmetric(ctx context.Context) error {
+	nc := k.c.CCL()
+	if nc == nil {
+		return k.c.Err()
+	}
+	if !nc.Lib().HasWindows() {
+		return fmt.Errorf("%w: %s %s has no ncclCommWindowRegister", bench.ErrNoSymmetric, nc.Lib().Vendor(), k.c.NCCLVersion())
+	}
+	if k.ssend != 0 {
+		return nil
+	}
+	in, out := k.spec.InputBytes, k.spec.OutputBytes()
+	err := k.dev.Do(func() (err error) {
+		if k.ssend, err = nc.Lib().MemAlloc(in); err != nil {
+			return err
+		}
+		k.srecv, err = nc.Lib().MemAlloc(out)
+		return err
+	})
+	if err == nil {
+		err = k.dev.CopyHtoD(gpu.DevicePtr(k.ssend), bench.Input(k.spec, k.spec.Rank))
+	}
+	if err != nil {
+		return fmt.Errorf("devbench: symmetric buffers: %w", err)
+	}
+	return nil
+}
+
+// register registers the symmetric buffers as windows (collective).
+func (k *gpuCase) register() error {
+	if k.swin != nil {
+		return nil
+	}
+	nc := k.c.CCL()
+	return k.dev.Do(func() error {
+		for _, b := range []struct {
+			p uint64
+			n int
+		}{{k.ssend, k.spec.InputBytes}, {k.srecv, k.spec.OutputBytes()}} {
+			w, err := nc.WindowRegister(b.p, b.n, ccl.WinCollSymmetric)
+			if err != nil {
+				return fmt.Errorf("devbench: registering a symmetric window: %w", err)
+			}
+			k.swin = append(k.swin, w)
+		}
+		return nil
+	})
+}
+
+// RunNativeSymmetric is RunNative on the registered symmetric buffers.
+func (k *gpuCase) RunNativeSymmetric(ctx context.Context, iters int) (time.Duration, error) {
+	if k.ssend == 0 {
+		return 0, fmt.Errorf("devbench: symmetric buffers not prepared")
+	}
+	if err := k.register(); err != nil {
+		return 0, err
+	}
+	one, err := k.nativeOn(k.ssend, k.srecv)
+	if err != nil {
+		return 0, err
+	}
+	d, err := k.run(graphKey{native: true, symmetric: true, iters: iters}, iters, func() error { return k.dev.Do(one) })
+	if err != nil {
+		return 0, fmt.Errorf("devbench: native %s on symmetric buffers: %w", k.spec.Op, err)
+	}
+	return d, nil
+}
+
+// InPlaceSupported: all_reduce and all_gather (detcoll's reduce-scatter is
+// not in place).
+func (k *gpuCase) InPlaceSupported() bool { return k.spec.Op != bench.ReduceScatter }
+
+// ResetInPlace writes this rank's input into the in-place buffer (its own
+// block of it for all_gather, the rest poisoned with 0xFF).
+func (k *gpuCase) ResetInPlace() error {
+	if !k.InPlaceSupported() {
+		return fmt.Errorf("devbench: %s does not run in place", k.spec.Op)
+	}
+	if err := k.c.Synchronize(); err != nil {
+		return err
+	}
+	if k.inplace.Ptr == 0 {
+		b, err := k.c.Alloc(k.spec.OutputBytes())
+		if err != nil {
+			return fmt.Errorf("devbench: in-place buffer: %w", err)
+		}
+		k.inplace = b
+		k.ihost = make([]byte, k.spec.OutputBytes())
+	}
+	off := 0
+	if k.spec.Op == bench.AllGather {
+		if err := k.dev.Memset(k.inplace.Ptr, 0xFF, k.inplace.Bytes); err != nil {
+			return err
+		}
+		off = k.spec.Rank * k.spec.InputBytes
+	}
+	return k.dev.CopyDtoD(k.inplace.Ptr.Add(off), k.send.Ptr, k.spec.InputBytes)
+}
+
+// RunInPlace runs the deterministic collective in place.
+func (k *gpuCase) RunInPlace(ctx context.Context, alg detcoll.Algorithm, acc detcoll.Accumulate, iters int) (time.Duration, error) {
+	if k.inplace.Ptr == 0 {
+		if err := k.ResetInPlace(); err != nil {
+			return 0, err
+		}
+	}
+	opts := []devcomm.CallOption{devcomm.WithAlgorithm(alg), devcomm.WithAccumulate(acc)}
+	dt, buf := k.spec.DType, k.inplace
+	one := func() error { return k.c.AllReduce(ctx, buf, buf, k.count, dt, opts...) }
+	if k.spec.Op == bench.AllGather {
+		mine := buf.Slice(k.spec.Rank*k.spec.InputBytes, k.spec.InputBytes)
+		one = func() error { return k.c.AllGather(ctx, mine, buf, k.count, dt, opts...) }
+	}
+	return k.run(graphKey{inPlace: true, alg: alg, acc: acc, iters: iters}, iters, one)
+}
+
+// InPlaceOutput copies the in-place buffer to the host.
+func (k *gpuCase) InPlaceOutput() ([]byte, error) {
+	if err := k.c.Synchronize(); err != nil {
+		return nil, err
+	}
+	return k.ihost, k.dev.CopyDtoH(k.ihost, k.inplace.Ptr)
 }
 
 // timed runs enqueue between two events on the stream and returns the
@@ -435,15 +589,34 @@ func (k *gpuCase) Close() error {
 		errs = append(errs, k.dev.DestroyGraph(g))
 		delete(k.graphs, key)
 	}
-	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv} {
+	for _, w := range k.swin {
+		errs = append(errs, k.dev.Do(w.Deregister))
+	}
+	k.swin = nil
+	if nc := k.c.CCL(); nc != nil {
+		for _, p := range []uint64{k.ssend, k.srecv} {
+			if p != 0 {
+				errs = append(errs, k.dev.Do(func() error { return nc.Lib().MemFree(p) }))
+			}
+		}
+	}
+	k.ssend, k.srecv = 0, 0
+	for _, b := range []devcomm.Buffer{k.send, k.recv, k.nrecv, k.inplace} {
 		if b.Ptr != 0 {
 			errs = append(errs, k.c.Free(b))
 		}
 	}
-	k.send, k.recv, k.nrecv = devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}
+	k.send, k.recv, k.nrecv, k.inplace = devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}, devcomm.Buffer{}
 	errs = append(errs, k.dev.Do(func() error {
 		return errors.Join(k.dev.Runtime().EventDestroy(k.start), k.dev.Runtime().EventDestroy(k.stop))
 	}))
 	k.start, k.stop = 0, 0
 	return errors.Join(errs...)
 }
+
+// The optional interfaces bench.Run uses.
+var (
+	_ bench.SymmetricCase = (*gpuCase)(nil)
+	_ bench.InPlaceCase   = (*gpuCase)(nil)
+	_ bench.Baseliner     = (*Backend)(nil)
+)

@@ -6,7 +6,7 @@
 // with NCCL (or RCCL) as the transport only: NCCL moves bytes (ncclAllGather,
 // grouped ncclSend/ncclRecv), detcoll's reduce kernels (package gpu's, and
 // this package's kernels/fast.cu for W = 2, 4, 8) do all the arithmetic with
-// the fixed rank tree of DESIGN.md. NCCL's own
+// the fixed rank tree of docs/contract.md. NCCL's own
 // reductions are never used for a result, so the output bits equal the host
 // oracle (reduce.Oracle) and every other detcoll backend, whatever the
 // algorithm, size, stream or graph capture.
@@ -116,8 +116,10 @@
 // element) and the final gather is a group of sends and receives instead of
 // ncclAllGather. ReduceScatter reduces only the local block: a2a_tree
 // receives block r of every peer, gather_tree gathers the whole inputs (up
-// to W × the input) and reduces block r. AllGather is one ncclAllGather
-// straight into the caller's output and needs no workspace. For AllReduce,
+// to W × the input) and reduces block r. AllGather with the NCCL
+// algorithms (GatherTree, A2ATree) is one ncclAllGather straight into the
+// caller's output and needs no workspace; with peer memory (below) Auto,
+// OneShot and TwoShot copy through peer memory instead. For AllReduce,
 // Auto picks gather_tree below AutoA2ABytes and a2a_tree from there; with two
 // ranks (both algorithms receive the same bytes, gather_tree in one NCCL
 // operation instead of two) the threshold is AutoA2ABytesTwoRanks. For the
@@ -134,8 +136,10 @@
 // over the element types of package gpu (same arithmetic code, same bits);
 // other W use package gpu's kernels. None of these choices changes a bit.
 //
-// # Peer memory (CUDA IPC)
+// # Peer memory (CUDA IPC, HIP IPC)
 //
+// Peer memory is CUDA IPC on NVIDIA and HIP IPC on AMD (the same protocol
+// and kernels; written and compiled in CI, never run on AMD hardware).
 // When every rank is on one host, in its own process, and every pair of
 // GPUs has peer access (checked at New, the same answer on every rank;
 // IPC reports it), New also maps every peer's staging buffer (2 × the

@@ -47,6 +47,22 @@ static int w_p2p(uintptr_t fn, unsigned long long b, size_t n, int dt, int peer,
 		(void*)(uintptr_t)b, n, dt, peer, (ncclComm_t)c, (cudaStream_t)st);
 }
 static int w_void(uintptr_t fn) { return F(ncclResult_t(*)(void))(); }
+// ncclMemAlloc(void** ptr, size_t size) and ncclMemFree(void* ptr).
+static int w_memalloc(uintptr_t fn, unsigned long long* ptr, size_t size) {
+	void* p = NULL;
+	ncclResult_t r = F(ncclResult_t(*)(void**, size_t))(&p, size);
+	*ptr = (unsigned long long)(uintptr_t)p;
+	return r;
+}
+static int w_memfree(uintptr_t fn, unsigned long long ptr) { return F(ncclResult_t(*)(void*))((void*)(uintptr_t)ptr); }
+// ncclCommWindowRegister(ncclComm_t, void* buff, size_t size, ncclWindow_t* win, int winFlags).
+static int w_winreg(uintptr_t fn, uintptr_t c, unsigned long long buf, size_t size, uintptr_t* win, int flags) {
+	return F(ncclResult_t(*)(ncclComm_t, void*, size_t, void**, int))((ncclComm_t)c, (void*)(uintptr_t)buf, size, (void**)win, flags);
+}
+// ncclCommWindowDeregister(ncclComm_t, ncclWindow_t).
+static int w_windereg(uintptr_t fn, uintptr_t c, uintptr_t win) {
+	return F(ncclResult_t(*)(ncclComm_t, void*))((ncclComm_t)c, (void*)win);
+}
 */
 import "C"
 
@@ -129,3 +145,15 @@ func (l *Lib) rP2P(s sym, buf uint64, n int, dt DataType, peer int, h uintptr, s
 	return Result(C.w_p2p(l.f(s), C.ulonglong(buf), C.size_t(n), C.int(dt), C.int(peer), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rVoid(s sym) Result { return Result(C.w_void(l.f(s))) }
+func (l *Lib) rMemAlloc(ptr *uint64, size int) Result {
+	return Result(C.w_memalloc(l.f(sMemAlloc), (*C.ulonglong)(unsafe.Pointer(ptr)), C.size_t(size)))
+}
+func (l *Lib) rMemFree(ptr uint64) Result {
+	return Result(C.w_memfree(l.f(sMemFree), C.ulonglong(ptr)))
+}
+func (l *Lib) rWindowRegister(h uintptr, buf uint64, size int, win *uintptr, flags int) Result {
+	return Result(C.w_winreg(l.f(sCommWindowRegister), C.uintptr_t(h), C.ulonglong(buf), C.size_t(size), (*C.uintptr_t)(unsafe.Pointer(win)), C.int(flags)))
+}
+func (l *Lib) rWindowDeregister(h, win uintptr) Result {
+	return Result(C.w_windereg(l.f(sCommWindowDeregister), C.uintptr_t(h), C.uintptr_t(win)))
+}

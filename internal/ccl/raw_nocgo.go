@@ -23,3 +23,7 @@ func (l *Lib) rAllGather(uint64, uint64, int, DataType, uintptr, uintptr) Result
 func (l *Lib) rBroadcast(uint64, uint64, int, DataType, int, uintptr, uintptr) Result { return u }
 func (l *Lib) rP2P(sym, uint64, int, DataType, int, uintptr, uintptr) Result          { return u }
 func (l *Lib) rVoid(sym) Result                                                       { return u }
+func (l *Lib) rMemAlloc(*uint64, int) Result                                          { return u }
+func (l *Lib) rMemFree(uint64) Result                                                 { return u }
+func (l *Lib) rWindowRegister(uintptr, uint64, int, *uintptr, int) Result             { return u }
+func (l *Lib) rWindowDeregister(uintptr, uintptr) Result                              { return u }

@@ -19,6 +19,10 @@ const (
 	sRecv
 	sGroupStart
 	sGroupEnd
+	sMemAlloc
+	sMemFree
+	sCommWindowRegister
+	sCommWindowDeregister
 	numSyms
 )
 
@@ -43,4 +47,9 @@ var symbolNames = [numSyms]struct {
 	sRecv:              {"ncclRecv", true},
 	sGroupStart:        {"ncclGroupStart", false},
 	sGroupEnd:          {"ncclGroupEnd", false},
+	// Symmetric memory (NCCL ≥ 2.27; ncclMemAlloc ≥ 2.19; not in RCCL).
+	sMemAlloc:             {"ncclMemAlloc", true},
+	sMemFree:              {"ncclMemFree", true},
+	sCommWindowRegister:   {"ncclCommWindowRegister", true},
+	sCommWindowDeregister: {"ncclCommWindowDeregister", true},
 }

@@ -3,7 +3,7 @@
 // It is the only place in detcoll that calls dlopen: the GPU bindings
 // (internal/cuda, internal/nvrtc, internal/nccl) use it so that detcoll
 // builds on machines without any GPU software and links no vendor library at
-// build time (DESIGN.md section 7).
+// build time (docs/architecture.md and docs/gpu.md).
 //
 // # Contract
 //

@@ -88,7 +88,7 @@ func (c *CodeObject) CheckArithmetic() error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("kernels not compiled for IEEE round-to-nearest-even with denormals kept (DESIGN.md section 3): %s", strings.Join(bad, ", "))
+		return fmt.Errorf("kernels not compiled for IEEE round-to-nearest-even with denormals kept (docs/contract.md, section add(a, b) per dtype): %s", strings.Join(bad, ", "))
 	}
 	return nil
 }

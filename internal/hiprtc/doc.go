@@ -13,7 +13,7 @@
 // contraction), -fno-fast-math (no reassociation, no approximate
 // functions, NaN and infinity honoured) and -fno-gpu-flush-denormals-to-zero
 // (f32 denormals kept; f64 and f16 never flush on AMDGPU), the clang
-// spellings of NVRTC's --fmad=false --ftz=false, as DESIGN.md section 3
+// spellings of NVRTC's --fmad=false --ftz=false, as docs/contract.md, "add(a, b) per dtype"
 // requires. Options rejects extra options that would weaken them. Build
 // then checks the result instead of trusting the flags: every kernel
 // descriptor of the code object must say round-to-nearest-even and "flush

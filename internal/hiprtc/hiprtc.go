@@ -223,7 +223,7 @@ func Options(processor string, extra ...string) ([]string, error) {
 		l := strings.ToLower(strings.TrimSpace(x))
 		for _, bad := range forbidden {
 			if strings.HasPrefix(l, bad) {
-				return nil, fmt.Errorf("hiprtc: option %q is not allowed (DESIGN.md section 3; the target is chosen by Build)", x)
+				return nil, fmt.Errorf("hiprtc: option %q is not allowed (docs/contract.md, section add(a, b) per dtype; the target is chosen by Build)", x)
 			}
 		}
 		opts = append(opts, x)

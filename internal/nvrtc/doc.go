@@ -5,7 +5,7 @@
 //
 // # Arithmetic options
 //
-// Options always disable every value-changing shortcut, as DESIGN.md
+// Options always disable every value-changing shortcut, as docs/contract.md
 // section 3 requires: --ftz=false --prec-div=true --prec-sqrt=true
 // --fmad=false (no fast math, no flush to zero, no contraction). Code is
 // compiled for the device's own architecture (--gpu-architecture=sm_XY) and fetched

@@ -218,7 +218,7 @@ func Options(arch int, cubin bool, extra ...string) ([]string, error) {
 		l := strings.ToLower(x)
 		for _, bad := range []string{"fast-math", "use_fast_math", "ftz=true", "ftz true", "fmad=true", "prec-div=false", "prec-sqrt=false", "gpu-arch", "-arch"} {
 			if strings.Contains(l, bad) {
-				return nil, fmt.Errorf("nvrtc: option %q is not allowed (DESIGN.md section 3; the architecture is chosen by Target)", x)
+				return nil, fmt.Errorf("nvrtc: option %q is not allowed (docs/contract.md, section add(a, b) per dtype; the architecture is chosen by Target)", x)
 			}
 		}
 		opts = append(opts, x)

@@ -31,6 +31,12 @@
 // conversion canonicalises them, fp32 and fp64 NaN payloads are whatever the
 // hardware produces. The additions run on the calling goroutine.
 //
+// # Cancellation
+//
+// Every call is bounded by its context alone (a stopped peer is otherwise
+// waited for): give it a deadline. detcoll bench bounds each phase with
+// its timeout (package bench, Config.Timeout).
+//
 // # Tags
 //
 // Messages carry the tag 0xF1<<24 | tag&0xFFFFFF in the reduce-scatter

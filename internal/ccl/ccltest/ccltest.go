@@ -12,6 +12,10 @@
 //     999, which fails with ncclInvalidUsage (5)
 //   - ncclGetErrorString: "fake error <code>"; ncclGetLastError: "fake last"
 //   - ncclCommGetAsyncError: ncclSuccess
+//   - ncclMemAlloc(n): the address 0x70000000+n (n = 999 fails with
+//     ncclUnhandledCudaError); ncclCommWindowRegister(…, n, …): the window
+//     0x9000+n; ncclMemFree and ncclCommWindowDeregister succeed. BuildOld
+//     leaves these four out, as NCCL before 2.27 (and RCCL) do.
 package ccltest
 
 import (
@@ -79,6 +83,21 @@ int ncclRecv(void* b, size_t n, int dt, int peer, C c, void* st) {
 }
 int ncclGroupStart(void) { fprintf(lg(), "groupstart\n"); return 0; }
 int ncclGroupEnd(void) { fprintf(lg(), "groupend\n"); return 0; }
+#ifndef CCLTEST_NO_WINDOWS
+int ncclMemAlloc(void** p, size_t n) {
+	fprintf(lg(), "memalloc %zu\n", n);
+	if (n == 999) return 1;
+	*p = (void*)(size_t)(0x70000000 + n);
+	return 0;
+}
+int ncclMemFree(void* p) { fprintf(lg(), "memfree %llx\n", P(p)); return 0; }
+int ncclCommWindowRegister(C c, void* b, size_t n, void** w, int flags) {
+	fprintf(lg(), "winreg %llx %llx %zu %d\n", P(c), P(b), n, flags);
+	*w = (void*)(size_t)(0x9000 + n);
+	return 0;
+}
+int ncclCommWindowDeregister(C c, void* w) { fprintf(lg(), "windereg %llx %llx\n", P(c), P(w)); return 0; }
+#endif
 `
 
 // Build compiles Source into dir/name and sets $DETCOLL_FAKE_CCL_LOG to a
@@ -86,6 +105,17 @@ int ncclGroupEnd(void) { fprintf(lg(), "groupend\n"); return 0; }
 // path and the log's. It skips the test, saying why, without a host C
 // compiler.
 func Build(t testing.TB, dir, name string) (lib, log string) {
+	t.Helper()
+	return build(t, dir, name)
+}
+
+// BuildOld is Build without the symmetric-memory entry points.
+func BuildOld(t testing.TB, dir, name string) (lib, log string) {
+	t.Helper()
+	return build(t, dir, name, "-DCCLTEST_NO_WINDOWS")
+}
+
+func build(t testing.TB, dir, name string, defs ...string) (lib, log string) {
 	t.Helper()
 	cc := ""
 	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
@@ -105,7 +135,8 @@ func Build(t testing.TB, dir, name string) (lib, log string) {
 		t.Fatal(err)
 	}
 	lib = filepath.Join(dir, name)
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+	args := append(append([]string{}, defs...), "-shared", "-fPIC", "-o", lib, src)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("building the stand-in library: %v\n%s", err, out)
 	}
 	log = filepath.Join(dir, "calls.log")

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -58,6 +59,10 @@ func VerifyJob(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
 	}
 	dev, err := ResolveDevice(o.Device)
 	if err != nil {
+		if _, gpu := deviceTransports[o.Device]; gpu {
+			fmt.Fprintf(o.Out, "device %s: NOT CHECKED: %v\n", o.Device, err)
+			return nil, fmt.Errorf("verify: %w: --device %s: %v", ErrDeviceNotChecked, o.Device, err)
+		}
 		return nil, err
 	}
 	jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -101,14 +106,113 @@ func VerifyJob(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
 	for p := 0; p < job.Comm.Size(); p++ {
 		total += int(all[8*p]) | int(all[8*p+1])<<8
 	}
+	// Every rank learns whether every rank checked the device asked for.
+	unchecked := make([]byte, job.Comm.Size())
+	if RequireDevice(o.Device, dev, rows) != nil {
+		unchecked[rank] = 1
+	}
+	flags := make([]byte, job.Comm.Size())
+	if err := job.Comm.AllGather(ctx, unchecked[rank:rank+1], flags, detcoll.Byte); err != nil {
+		return rows, err
+	}
+	var missing []int
+	for p, f := range flags {
+		if f != 0 {
+			missing = append(missing, p)
+		}
+	}
 	if rank == 0 {
 		printVerify(out, rows)
 		fmt.Fprintf(out, "device %s, %d ranks: %d failed checks on all ranks together\n", dev, job.Comm.Size(), total)
+		if len(missing) > 0 {
+			fmt.Fprintf(out, "device %s: NOT CHECKED on ranks %v\n", o.Device, missing)
+		}
 	}
 	if total > 0 {
 		return rows, fmt.Errorf("verify: %d checks failed across the job", total)
 	}
+	if len(missing) > 0 {
+		return rows, fmt.Errorf("verify: %w: --device %s was asked for, but ranks %v checked no %s collective", ErrDeviceNotChecked, o.Device, missing, o.Device)
+	}
 	return rows, nil
+}
+
+// ErrDeviceNotChecked is returned by a verify that was asked for a GPU
+// device (--device cuda or rocm) and checked none of its collectives.
+var ErrDeviceNotChecked = errors.New("device not checked")
+
+// deviceTransports are the row transports that check each GPU kind.
+var deviceTransports = map[string]string{"cuda": "nccl", "rocm": "rccl"}
+
+// RequireDevice fails when asked names a GPU kind (cuda, rocm) and no row
+// of rows checked that kind's collectives and passed setup (resolved is
+// what ResolveDevice made of asked). auto and cpu require nothing.
+func RequireDevice(asked, resolved string, rows []VerifyResult) error {
+	tr, gpu := deviceTransports[asked]
+	if !gpu {
+		return nil
+	}
+	if resolved != asked {
+		return fmt.Errorf("verify: %w: --device %s resolved to %s", ErrDeviceNotChecked, asked, resolved)
+	}
+	n := 0
+	for _, r := range rows {
+		if r.Transport == tr && r.Op != "setup" {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("verify: %w: --device %s was asked for, but no %s collective was checked", ErrDeviceNotChecked, asked, asked)
+	}
+	return nil
+}
+
+// VerifyDevice is `detcoll verify --device D` without a launcher: the host
+// groups, then, for a GPU kind, the device's collectives as a job of one
+// rank. It fails when a GPU kind was asked for and none of its collectives
+// ran (no GPU, no library, a build without the kind), saying why.
+func VerifyDevice(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
+	o.Out = out
+	if _, gpu := deviceTransports[o.Device]; !gpu {
+		return Verify(ctx, o)
+	}
+	host, herr := Verify(ctx, o)
+	dev, err := ResolveDevice(o.Device)
+	if err != nil {
+		fmt.Fprintf(out, "device %s: NOT CHECKED: %v\n", o.Device, err)
+		return host, fmt.Errorf("verify: %w: --device %s: %v", ErrDeviceNotChecked, o.Device, err)
+	}
+	var rows []VerifyResult
+	if v, ok := JobVerifiers[dev]; ok {
+		jctx, cancel := context.WithTimeout(ctx, time.Minute)
+		job, err := cluster.Init(jctx, cluster.Options{Getenv: func(string) string { return "" }})
+		cancel()
+		if err != nil {
+			return host, err
+		}
+		r, verr := v(ctx, job)
+		job.Close()
+		rows = append(rows, r...)
+		if verr != nil {
+			rows = append(rows, VerifyResult{Transport: deviceTransports[dev], World: 1, Op: "setup", Detail: verr.Error()})
+		}
+	}
+	failed := printVerify(out, rows)
+	if err := RequireDevice(o.Device, dev, rows); err != nil {
+		fmt.Fprintf(out, "device %s: NOT CHECKED (no device collective ran)\n", o.Device)
+		return append(host, rows...), err
+	}
+	if herr != nil {
+		return append(host, rows...), herr
+	}
+	if failed > 0 {
+		return append(host, rows...), fmt.Errorf("verify: %d of %d device checks failed", failed, len(rows))
+	}
+	return append(host, rows...), nil
 }
 
 // GroupVerifiers run device checks (GPU packages register themselves) and
@@ -318,7 +422,11 @@ func printVerify(out io.Writer, rows []VerifyResult) (failed int) {
 			res = "FAIL: " + r.Detail
 			failed++
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%s\t%s\t%s\t\n", r.Transport, r.World, r.Op, r.DType, r.Algorithm, r.Accum, res)
+		dt := "-"
+		if r.DType.Size() > 0 {
+			dt = r.DType.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Transport, r.World, r.Op, dt, r.Algorithm, r.Accum, res)
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "%d checks, %d failed\n", len(rows), failed)
