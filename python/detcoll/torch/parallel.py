@@ -85,15 +85,16 @@ def _store(x32, dtype):
 
 
 def _add(a, b):
-    # One node of the tree: float32 sum rounded to the dtype.
-    if a.dtype == torch.float32:
-        return a + b
-    return (a.float() + b.float()).to(a.dtype)
+    # One node of the tree: bf16/fp16 summed in float32 and rounded to the
+    # dtype (exact, then one rounding); fp32/fp64 in their own precision.
+    if a.dtype in (torch.bfloat16, torch.float16):
+        return (a.float() + b.float()).to(a.dtype)
+    return a + b
 
 
 def tree_sum(parts):
     """The canonical pairwise tree over parts (equal-shape tensors of one
-    dtype): adjacent pairs, left first, an odd last value carried up; every
+    floating dtype, fp64 included): adjacent pairs, left first, an odd last value carried up; every
     node rounded to the dtype. NaN results are canonical."""
     vals = list(parts)
     if not vals:
