@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/detcoll/detcoll/bench"
 )
 
 // The Python side: python/tests/torch_*_check.py under torchrun, against
@@ -174,5 +176,63 @@ func TestTorchFunctional(t *testing.T) {
 		t.Run(fmt.Sprintf("W%d", w), func(t *testing.T) {
 			torchrun(t, py, libPath, w, "torch_functional_check.py")
 		})
+	}
+}
+
+// TestTorchBench runs `torchrun -m detcoll.torch.bench` at W = 2 with tiny
+// settings and reads the report with bench.ParseJSON (which validates the
+// detcoll.bench.v1 schema): every row present, bitwise stable and equal to
+// the host oracle.
+func TestTorchBench(t *testing.T) {
+	py := torchPython(t)
+	libPath := buildLib(t)
+	out := filepath.Join(t.TempDir(), "r.json")
+	root := repoRoot()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-r", "1", "-t", "1",
+		"--log_dir", t.TempDir(), "-m", "detcoll.torch.bench", "--dtype", "bf16",
+		"--operations", "all_reduce", "all_gather", "reduce_scatter", "--size-bytes", "4096", "65536",
+		"--warmup", "1", "--iterations", "3", "--samples", "3", "--output", out)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(cleanEnv(), "DETCOLL_LIB="+libPath, "PYTHONPATH="+filepath.Join(root, "python"),
+		"PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1", "DETCOLL_TIMEOUT=60s", "DETCOLL_INIT_TIMEOUT=60s",
+		"DETCOLL_CUDA_LIB=/nonexistent/detcoll-test/libcuda.so.1", "DETCOLL_GIT_COMMIT=test")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torchrun -m detcoll.torch.bench: %v\n%s", err, tail(b))
+	}
+	r, err := bench.ReadJSON(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.WorldSize != 2 || r.Samples != 3 || r.Iterations != 3 || r.Device.Kind != "cpu" || len(r.Rows) != 6 {
+		t.Fatalf("report: world %d, samples %d, iterations %d, device %q, %d rows", r.WorldSize, r.Samples, r.Iterations, r.Device.Kind, len(r.Rows))
+	}
+	want := []struct {
+		op    bench.Op
+		bytes int64
+	}{{bench.AllReduce, 4096}, {bench.AllReduce, 65536}, {bench.AllGather, 4096}, {bench.AllGather, 65536},
+		{bench.ReduceScatter, 4096}, {bench.ReduceScatter, 65536}}
+	for i, row := range r.Rows {
+		if row.Operation != want[i].op || row.InputBytes != want[i].bytes || row.DType != "bf16" {
+			t.Errorf("row %d: %s %s %d B, want %s bf16 %d B", i, row.Operation, row.DType, row.InputBytes, want[i].op, want[i].bytes)
+		}
+		if !row.RepeatBitwise || !row.OracleBitwise {
+			t.Errorf("row %d (%s %d B): repeat_bitwise %v, oracle_bitwise %v", i, row.Operation, row.InputBytes, row.RepeatBitwise, row.OracleBitwise)
+		}
+		if row.Native.MedianUS <= 0 || row.Deterministic.MedianUS <= 0 {
+			t.Errorf("row %d: medians %g / %g", i, row.Deterministic.MedianUS, row.Native.MedianUS)
+		}
+	}
+	if !r.AllRankRepeatBitwise || r.Extra["native_backend"] != "gloo" {
+		t.Errorf("all_rank_repeat_bitwise %v, native_backend %v", r.AllRankRepeatBitwise, r.Extra["native_backend"])
+	}
+
+	// A bad argument is a usage error naming it, before any rank starts work.
+	bad := exec.CommandContext(ctx, py, "-m", "detcoll.torch.bench", "--dtype", "int7")
+	bad.Env = cmd.Env
+	b, err := bad.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "int7") {
+		t.Errorf("--dtype int7: err %v, output %s", err, b)
 	}
 }
