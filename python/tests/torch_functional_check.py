@@ -6,6 +6,8 @@ canonical pairwise tree over the group's ranks, every node rounded to the
 dtype, as docs/contract.md promises).
 
     torchrun --nproc_per_node W python/tests/torch_functional_check.py
+
+(python/tests/torch_checks.py runs it together with torch_parallel_check.)
 """
 
 import torch
@@ -13,10 +15,6 @@ import torch
 import torch_testutil as U
 from detcoll.torch import functional as F
 from detcoll.torch.parallel import tree_sum
-
-rank, world = U.init()
-fail = U.Failures(rank)
-
 
 def inputs(seed, w, shape, dtype):
     """Every group rank's tensor for seed: [w] tensors."""
@@ -27,9 +25,9 @@ def inputs(seed, w, shape, dtype):
     return out
 
 
-def check_group(g, size, r):
+def check_group(fail, g, size, r, dtypes):
     tag = f"group{size}"
-    for dt in (torch.bfloat16, torch.float32, torch.float64):
+    for dt in dtypes:
         shape = (4 * size, 2 * size)
         rows, cols = shape
         what = lambda name: f"{tag} {dt} {name}"  # noqa: E731
@@ -117,6 +115,15 @@ def check_group(g, size, r):
     fail.bits(f"{tag} all_reduce non-contiguous", F.all_reduce(xt, g), tree_sum([x.t() for x in xs]))
 
 
-for size in [world]:  # W=1, 2, 4: the whole world (subgroups: torch_parallel_check)
-    check_group(U.consecutive_groups(size), size, rank % size)
-fail.finish(f"torch_functional_check W={world} groups={U.group_mode()}")
+def run(fail, rank, world):
+    # The whole world (W = 1, 2, 4); subgroups are exercised by
+    # torch_parallel_check. fp64 takes the fp32 code path: W <= 2 only.
+    dtypes = (torch.bfloat16, torch.float32) + ((torch.float64,) if world <= 2 else ())
+    check_group(fail, U.consecutive_groups(world), world, rank % world, dtypes)
+
+
+if __name__ == "__main__":
+    rank, world = U.init()
+    fail = U.Failures(rank)
+    run(fail, rank, world)
+    fail.finish(f"torch_functional_check W={world} groups={U.group_mode()}")

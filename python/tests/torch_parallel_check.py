@@ -2,6 +2,8 @@
 
     torchrun --nproc_per_node W python/tests/torch_parallel_check.py REFDIR
 
+(python/tests/torch_checks.py runs it together with torch_functional_check.)
+
 REFDIR is written by internal/torchref (Go). For every TP (and CP) size in
 1, 2, 4 that divides W, the world splits into groups of consecutive ranks;
 each group runs the layers on its shards and every rank compares the raw
@@ -16,14 +18,12 @@ import torch
 import torch_testutil as U
 from detcoll.torch import parallel as P
 
-REF = sys.argv[1]
-rank, world = U.init()
-cases = U.load_manifest(REF)
-fail = U.Failures(rank)
-sizes = [s for s in (1, 2, 4) if world % s == 0]
+REF = None
+fail = None
 
 
 def tensors(c):
+    assert REF is not None
     return {k: U.load(REF, t) for k, t in c["tensors"].items()}
 
 
@@ -118,16 +118,28 @@ def check_attn(c, g, cp, r):
         fail.true(what + " keeps every -0 of out", got == want, f"({got} of {want})")
 
 
-for c in cases:
-    check_free(c)
-for size in sizes:
-    g = U.consecutive_groups(size)
-    r = rank % size
+def run(failures, rank, world, ref):
+    global REF, fail
+    REF, fail = ref, failures
+    cases = U.load_manifest(REF)
+    sizes = [s for s in (1, 2, 4) if world % s == 0]
     for c in cases:
-        if c["kind"] == "linear":
-            check_linear(c, g, size, r)
-        elif c["kind"] == "ffn":
-            check_ffn(c, g, size, r)
-        elif c["kind"] == "attn":
-            check_attn(c, g, size, r)
-fail.finish(f"torch_parallel_check W={world} sizes={sizes} groups={U.group_mode()}")
+        check_free(c)
+    for size in sizes:
+        g = U.consecutive_groups(size)
+        r = rank % size
+        for c in cases:
+            if c["kind"] == "linear":
+                check_linear(c, g, size, r)
+            elif c["kind"] == "ffn":
+                check_ffn(c, g, size, r)
+            elif c["kind"] == "attn":
+                check_attn(c, g, size, r)
+    return sizes
+
+
+if __name__ == "__main__":
+    rank, world = U.init()
+    f = U.Failures(rank)
+    sizes = run(f, rank, world, sys.argv[1])
+    f.finish(f"torch_parallel_check W={world} sizes={sizes} groups={U.group_mode()}")
