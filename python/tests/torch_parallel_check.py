@@ -118,6 +118,49 @@ def check_attn(c, g, cp, r):
         fail.true(what + " keeps every -0 of out", got == want, f"({got} of {want})")
 
 
+def raises(what, exc, fn, needle=""):
+    try:
+        fn()
+    except exc as e:
+        fail.true(what + f" raises {exc.__name__} naming {needle!r}", needle in str(e), f"(got {e})")
+        return
+    except Exception as e:  # noqa: BLE001
+        fail.true(what, False, f"raised {type(e).__name__}: {e}, want {exc.__name__}")
+        return
+    fail.true(what, False, f"did not raise {exc.__name__}")
+
+
+def check_errors(g, size, r):
+    """Bad arguments: a Python exception naming the problem, on every rank;
+    the group stays usable."""
+    tag = f"errors tp{size}"
+    raises(tag + " out % chunks", ValueError, lambda: P.ColumnParallelLinear(64, 30, g), "30 features")
+    # TP = 2, 4 with 12 chunks (12/TP not a power of two); TP = 1: 48 % 5.
+    raises(tag + " chunks/TP", ValueError, lambda: P.RowParallelLinear(48, 8, g, chunks=5 if size == 1 else 12),
+           "features" if size == 1 else "power of two")
+    raises(tag + " fp64", TypeError, lambda: P.ColumnParallelLinear(8, 8, g, dtype=torch.float64), "float64")
+    raises(tag + " sp+gather", ValueError, lambda: P.ColumnParallelLinear(8, 8, g, sequence_parallel=True, gather_output=True),
+           "exclude")
+    raises(tag + " matmul dtypes", TypeError, lambda: P.canonical_matmul(torch.ones(2, 2), torch.ones(2, 2).bfloat16()), "bfloat16")
+    q = torch.zeros(4, 8)
+    pos = torch.arange(4)
+    if size > 1:
+        # One rank rejects (odd token count) or the ranks disagree: every
+        # rank raises before data moves.
+        n = 3 if r == 0 else 4
+        raises(tag + " attention odd tokens on rank 0", ValueError,
+               lambda: P.context_parallel_attention(q[:n], q[:n], q[:n], pos[:n], g, heads=2, head_dim=4),
+               "even number" if r == 0 else "group rank 0 rejected")
+        n = 6 if r == 0 else 4
+        q6, p6 = torch.zeros(6, 8), torch.arange(6)
+        raises(tag + " attention token counts differ", ValueError,
+               lambda: P.context_parallel_attention(q6[:n], q6[:n], q6[:n], p6[:n], g, heads=2, head_dim=4), "disagree")
+    raises(tag + " attention short positions", ValueError,
+           lambda: P.context_parallel_attention(q, q, q, pos[:3], g, heads=2, head_dim=4), "position ids")
+    out, _ = P.context_parallel_attention(q, q, q, pos, g, heads=2, head_dim=4)
+    fail.true(tag + " group usable after the errors", out.shape == (4, 8))
+
+
 def run(failures, rank, world, ref):
     global REF, fail
     REF, fail = ref, failures
@@ -128,6 +171,7 @@ def run(failures, rank, world, ref):
     for size in sizes:
         g = U.consecutive_groups(size)
         r = rank % size
+        check_errors(g, size, r)
         for c in cases:
             if c["kind"] == "linear":
                 check_linear(c, g, size, r)

@@ -559,6 +559,28 @@ def attention_core_backward(q, k, v, out, lse, dout, pos, heads, head_dim, scale
     return back(dq, True), back(dk, True), back(dv, False)
 
 
+def _agree(group, op, fields, local, device=None):
+    """Collective argument check (as Go's parallel): every rank all-gathers
+    (rejected, fields...); if a rank rejected its arguments or the ranks
+    disagree, every rank raises ValueError before any data moves, instead
+    of the others waiting in a collective for the timeout."""
+    if F.group_size(group) == 1:
+        if local:
+            raise ValueError(f"{op}: {local}")
+        return
+    names = list(fields)
+    mine = torch.tensor([1 if local else 0] + [int(fields[n]) for n in names], dtype=torch.int64, device=device)
+    allv = F.raw_all_gather(mine, group, 0).view(F.group_size(group), -1).tolist()
+    if local:
+        raise ValueError(f"{op}: {local}")
+    bad = [r for r, v in enumerate(allv) if v[0]]
+    if bad:
+        raise ValueError(f"{op}: group rank {bad[0]} rejected its arguments")
+    if any(v != allv[0] for v in allv):
+        desc = " ".join("[rank %d: %s]" % (r, ", ".join(f"{n}={x}" for n, x in zip(names, v[1:]))) for r, v in enumerate(allv))
+        raise ValueError(f"{op}: the ranks of the group disagree: {desc}; every CP rank holds the same number of tokens")
+
+
 def _neg_zero(shape, dtype, device):
     return torch.full(shape, -0.0, dtype=dtype, device=device)
 
@@ -580,12 +602,17 @@ class _CPAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, pos, group, heads, head_dim, scale):
         w, rank = F.group_size(group), F.group_rank(group)
         tokens, width, dt, dev = q.shape[0], q.shape[1], q.dtype, q.device
-        if width != heads * head_dim or k.shape != q.shape or v.shape != q.shape or k.dtype != dt or v.dtype != dt:
-            raise ValueError(f"context_parallel_attention: q, k, v must be one dtype and [tokens, {heads}*{head_dim}]")
-        if pos.shape != (tokens,):
-            raise ValueError(f"context_parallel_attention: {pos.numel()} position ids for {tokens} tokens")
-        if w > 1 and tokens % 2:
-            raise ValueError(f"context_parallel_attention: CP rank {rank} holds {tokens} tokens; the zigzag layout needs an even number")
+        local = None
+        if q.dim() != 2 or width != heads * head_dim or k.shape != q.shape or v.shape != q.shape or k.dtype != dt or v.dtype != dt:
+            local = f"q, k, v must be one dtype and [tokens, {heads}*{head_dim}]"
+        elif dt not in _DTYPES:
+            local = f"dtype {dt} (want bf16, fp16 or fp32)"
+        elif tuple(pos.shape) != (tokens,):
+            local = f"{pos.numel()} position ids for {tokens} tokens"
+        elif w > 1 and tokens % 2:
+            local = f"CP rank {rank} holds {tokens} tokens; the zigzag layout needs an even number"
+        _agree(group, "context_parallel_attention", {"tokens": tokens, "width": width, "heads": heads,
+               "head_dim": head_dim, "dtype": _DTYPES.index(dt) if dt in _DTYPES else -1}, local, dev)
         pos32 = pos.to(torch.int32).contiguous()
         if w > 1:
             # One rank-ordered all-gather of Q, K, V and the positions, as bytes.
