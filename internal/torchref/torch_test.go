@@ -152,7 +152,7 @@ func tail(b []byte) string {
 }
 
 // TestTorchLayers runs python/tests/torch_checks.py under torchrun at W =
-// 1, 2, 4: detcoll.torch.functional's values and gradients against the tree
+// 1, 2, 4 (and 8 with DETCOLL_LONG_TESTS=1): detcoll.torch.functional's values and gradients against the tree
 // over the ranks, and detcoll.torch.parallel at TP/CP = 1, 2, 4 (every size
 // dividing W, on groups of consecutive ranks) bit for bit against Go's
 // parallel package, whose single-rank outputs Write produces here.
@@ -163,7 +163,11 @@ func TestTorchLayers(t *testing.T) {
 	if err := Write(ref); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []int{1, 2, 4} {
+	ws := []int{1, 2, 4}
+	if os.Getenv("DETCOLL_LONG_TESTS") == "1" {
+		ws = append(ws, 8) // TP = 8 and CP = 8 (SP needs tokens divisible by 8: skipped at 8)
+	}
+	for _, w := range ws {
 		t.Run(fmt.Sprintf("W%d", w), func(t *testing.T) {
 			torchrun(t, py, libPath, w, "torch_checks.py", ref)
 		})
