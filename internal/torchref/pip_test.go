@@ -69,13 +69,14 @@ func TestPipInstall(t *testing.T) {
 	}
 	out, err := run(append(env, "DETCOLL_CUDA_LIB=/nonexistent/libcuda.so.1"), vpy, "-c",
 		"import detcoll, array; print(detcoll.library_path()); c = detcoll.init(); "+
-			"x = array.array('f', [1.5, 2.5]); detcoll.all_reduce(x); print(list(x), c.size)")
+			"x = array.array('f', [1.5, 2.5]); detcoll.all_reduce(x); print(list(x), c.size); "+
+			"import detcoll.torch.parallel as P; print(P.__file__)")
 	if err != nil {
 		t.Fatalf("installed package: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 2 || !strings.HasPrefix(lines[0], venv) || lines[1] != "[1.5, 2.5] 1" {
-		t.Fatalf("installed package: want the library from %s and [1.5, 2.5] 1, got\n%s", venv, out)
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], venv) || lines[1] != "[1.5, 2.5] 1" || !strings.HasPrefix(lines[2], venv) {
+		t.Fatalf("installed package: want the library and detcoll.torch from %s and [1.5, 2.5] 1, got\n%s", venv, out)
 	}
 }
 
