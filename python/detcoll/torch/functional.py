@@ -337,9 +337,7 @@ class _Lanes(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        grads = [torch.zeros_like(grads[0]) if g is None else g.contiguous() for g in grads]
-        if ctx.n == 0:
-            return None, None, None, None
+        grads = [g.contiguous() for g in grads]
         w = group_size(ctx.group)
         if ctx.sequence:
             # [w, lanes, block]: every rank's block of every lane, so one
@@ -355,15 +353,21 @@ class _Lanes(torch.autograd.Function):
         return _add_lanes(red), None, None, None
 
 
+def _lanes(x, n, group, sequence):
+    if int(n) < 1:
+        raise ValueError(f"{n} lanes (want at least 1)")
+    return _Lanes.apply(x, group, int(n), sequence)
+
+
 def copy_to_tensor_parallel_region_lanes(x, n, group=None):
     """n identity copies of x (one per column-parallel consumer). Backward:
     each copy's gradient summed over the group by its own tree (one
     all-reduce of the lanes side by side), then the lanes added in order."""
-    return _Lanes.apply(x, group, int(n), False)
+    return _lanes(x, n, group, False)
 
 
 def gather_from_sequence_parallel_region_lanes(x, n, group=None):
     """n uses of all_gather(x, dim 0) (gathered once). Backward: each lane's
     gradient reduce-scattered by its own tree (one reduce-scatter of the
     lanes side by side), then the lanes added in order."""
-    return _Lanes.apply(x, group, int(n), True)
+    return _lanes(x, n, group, True)

@@ -178,9 +178,11 @@ def exp32(x):
     """e**x in float32 with Go's fixed formula (parallel.Exp32): Cody-Waite
     reduction by ln 2, the Cephes polynomial, every operation rounded."""
     x = x.float()
-    f = torch.tensor  # constants as float32 tensors: the Go constants' float32 values
     dev = x.device
-    c = lambda v: f(v, dtype=torch.float32, device=dev)  # noqa: E731
+
+    def c(v):  # a Go float32 constant: v rounded to float32, as a 0-d tensor
+        return torch.tensor(v, dtype=torch.float32, device=dev)
+
     z = torch.floor(c(1.44269504088896341) * x + c(0.5))
     n = z.to(torch.int32)
     r = x - z * c(0.693359375)
@@ -211,7 +213,10 @@ def log32(x):
     the Cephes reduction and polynomial, every operation rounded."""
     x = x.float()
     dev = x.device
-    c = lambda v: torch.tensor(v, dtype=torch.float32, device=dev)  # noqa: E731
+
+    def c(v):
+        return torch.tensor(v, dtype=torch.float32, device=dev)
+
     subn = x < 2.0 ** -126
     xs = torch.where(subn, x * c(2.0 ** 23), x)
     e = torch.where(subn, torch.full(x.shape, -23, dtype=torch.int32, device=dev), torch.zeros(x.shape, dtype=torch.int32, device=dev))
