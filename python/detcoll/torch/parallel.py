@@ -131,11 +131,14 @@ def _chunk_partials(af, bt, l):
     ac = torch.cat([af, zero_a], 1)[:, idx].permute(1, 2, 0).contiguous()
     bc = torch.cat([bt, zero_b], 1)[:, idx].permute(1, 2, 0).contiguous()
     acc = torch.zeros(l, m, n, dtype=torch.float32, device=dev)  # +0
+    prod = torch.empty_like(acc)
     for s in range(kc):
-        # One rounded product, one rounded addition per element; the padding
-        # adds +0 * +0 = +0, which leaves the accumulator's bits unchanged
-        # (it starts at +0 and is never -0).
-        acc.add_(ac[:, s, :, None] * bc[:, s, None, :])
+        # One rounded product, one rounded addition per element (two
+        # kernels: nothing fuses them into an FMA); the padding adds
+        # +0 * +0 = +0, which leaves the accumulator's bits unchanged (it
+        # starts at +0 and is never -0).
+        torch.mul(ac[:, s, :, None], bc[:, s, None, :], out=prod)
+        acc.add_(prod)
     return acc
 
 
