@@ -34,7 +34,8 @@ func torchPython(t *testing.T) string {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, py, "-c", "import torch, torch.distributed; print(torch.__version__)").CombinedOutput()
 	if err != nil {
-		msg := fmt.Sprintf("%s cannot import torch (%v: %s); install python3-torch or set DETCOLL_TORCH_PYTHON", py, err, strings.TrimSpace(string(out)))
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		msg := fmt.Sprintf("%s cannot import torch (%v: %s); install python3-torch or set DETCOLL_TORCH_PYTHON", py, err, lines[len(lines)-1])
 		if os.Getenv("DETCOLL_REQUIRE_TORCH") == "1" {
 			t.Fatal(msg + " (DETCOLL_REQUIRE_TORCH=1)")
 		}
