@@ -148,10 +148,13 @@ func Write(dir string) error {
 			}
 		}
 	}
-	for _, dt := range []dtype.DType{dtype.BF16, dtype.FP32} {
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.FP16, dtype.FP32} {
 		n := dtNames[dt]
 		if err := add(Case{Name: "linear_" + n, Kind: "linear", DType: n, Chunks: parallel.DefaultChunks}, linearCase(dt, 12, 64, 32)); err != nil {
 			return err
+		}
+		if dt == dtype.FP16 {
+			continue // fp16: the GEMMs and the linear layers; the FFN and attention in bf16 and fp32
 		}
 		if err := add(Case{Name: "ffn_" + n, Kind: "ffn", DType: n, Chunks: parallel.DefaultChunks}, ffnCase(dt, 12, 32, 64)); err != nil {
 			return err
