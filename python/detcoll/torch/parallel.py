@@ -609,7 +609,9 @@ class _CPAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pos, group, heads, head_dim, scale):
         w, rank = F.group_size(group), F.group_rank(group)
-        tokens, width, dt, dev = q.shape[0], q.shape[1], q.dtype, q.device
+        tokens = q.shape[0] if q.dim() else 0
+        width = q.shape[1] if q.dim() == 2 else -1
+        dt, dev = q.dtype, q.device
         local = None
         if q.dim() != 2 or width != heads * head_dim or k.shape != q.shape or v.shape != q.shape or k.dtype != dt or v.dtype != dt:
             local = f"q, k, v must be one dtype and [tokens, {heads}*{head_dim}]"
