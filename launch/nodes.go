@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/detcoll/detcoll/store"
@@ -23,7 +24,15 @@ import (
 //	abort         JSON abortRecord: the job's root cause
 //	finished      counter of nodes whose workers are done; all_finished
 //	left          counter of nodes done with the store; all_left
+//	hb/<r>        counter: node r's heartbeat, one per MonitorInterval
 const keyPrefix = "detcoll/launch/"
+
+// lostAfterBeats is how many heartbeat periods of silence make a node lost
+// (at least minLost).
+const (
+	lostAfterBeats = 6
+	minLost        = 3 * time.Second
+)
 
 // storeTimeout bounds one protocol operation that must not hang a stopping
 // launcher (publishing a failure, reading one, leaving).
@@ -49,13 +58,18 @@ func (r abortRecord) err() error {
 // nodeEvent is what the watcher saw: an abort record, or the loss of the
 // store.
 type nodeEvent struct {
-	rec  abortRecord
-	lost error
+	rec      abortRecord
+	lost     error          // the store is gone
+	lostNode *NodeLostError // another node's heartbeat stopped
+	store    string
 }
 
 func (ev nodeEvent) err() error {
 	if ev.lost != nil {
-		return fmt.Errorf("launch: lost the job's store: %w", ev.lost)
+		return fmt.Errorf("launch: lost the job's store at %s (served by node 0: is it gone?): %w", ev.store, ev.lost)
+	}
+	if ev.lostNode != nil {
+		return ev.lostNode
 	}
 	return ev.rec.err()
 }
@@ -64,18 +78,105 @@ func (ev nodeEvent) err() error {
 type nodes struct {
 	client    *store.Client
 	st        store.Store // client under keyPrefix
+	addr      string      // the store's address
 	node, n   int
-	events    chan nodeEvent // at most one, from the watcher
+	nproc     int
+	beat      time.Duration
+	events    chan nodeEvent // from the watcher and the heartbeat monitor
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	beatDone  chan struct{}
+
+	mu       sync.Mutex
+	lastBeat map[int]time.Time // when node r's heartbeat last moved
+	lost     map[int]bool
 }
 
-func newNodes(cl *store.Client, node, n int) *nodes {
+func newNodes(cl *store.Client, addr string, node, n, nproc int, beat time.Duration) *nodes {
 	ctx, cancel := context.WithCancel(context.Background())
-	nd := &nodes{client: cl, st: store.Prefix(cl, keyPrefix), node: node, n: n,
-		events: make(chan nodeEvent, 1), stopWatch: cancel, watchDone: make(chan struct{})}
+	nd := &nodes{client: cl, st: store.Prefix(cl, keyPrefix), addr: addr, node: node, n: n, nproc: nproc, beat: beat,
+		events: make(chan nodeEvent, 2), stopWatch: cancel, watchDone: make(chan struct{}), beatDone: make(chan struct{}),
+		lastBeat: map[int]time.Time{}, lost: map[int]bool{}}
 	go nd.watch(ctx)
 	return nd
+}
+
+// lostAfter is the silence that makes a node lost.
+func (nd *nodes) lostAfter() time.Duration { return max(lostAfterBeats*nd.beat, minLost) }
+
+// heartbeat runs after the rendezvous: it moves this node's counter every
+// period and watches the others'; a node silent for lostAfter is reported
+// once on events.
+func (nd *nodes) heartbeat(ctx context.Context) {
+	defer close(nd.beatDone)
+	t := time.NewTicker(nd.beat)
+	defer t.Stop()
+	seen := map[int]int64{}
+	start := time.Now()
+	reported := false
+	for {
+		_, _ = nd.st.Add(ctx, "hb/"+strconv.Itoa(nd.node), 1)
+		now := time.Now()
+		for r := range nd.n {
+			if r == nd.node {
+				continue
+			}
+			v, err := nd.st.Add(ctx, "hb/"+strconv.Itoa(r), 0)
+			if err != nil {
+				break // the watcher reports a lost store
+			}
+			nd.mu.Lock()
+			if last, ok := nd.lastBeat[r]; !ok || v != seen[r] {
+				seen[r], nd.lastBeat[r] = v, now
+				if !ok && v == 0 {
+					nd.lastBeat[r] = start
+				}
+			} else if silent := now.Sub(last); silent >= nd.lostAfter() && !nd.lost[r] {
+				nd.lost[r] = true
+				if !reported {
+					reported = true
+					select {
+					case nd.events <- nodeEvent{lostNode: &NodeLostError{Node: r, FirstRank: r * nd.nproc, Ranks: nd.nproc, Silent: silent}}:
+					default:
+					}
+				}
+			}
+			nd.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// confirmLost reports whether node r is lost, waiting up to lostAfter (and
+// a beat) for the heartbeat monitor to decide.
+func (nd *nodes) confirmLost(r int) bool {
+	deadline := time.Now().Add(nd.lostAfter() + 2*nd.beat)
+	nd.mu.Lock()
+	first := nd.lastBeat[r]
+	nd.mu.Unlock()
+	for time.Now().Before(deadline) {
+		nd.mu.Lock()
+		lost, last := nd.lost[r], nd.lastBeat[r]
+		nd.mu.Unlock()
+		if lost {
+			return true
+		}
+		if last.After(first) {
+			return false // it is alive
+		}
+		time.Sleep(nd.beat / 2)
+	}
+	return false
+}
+
+func (nd *nodes) lostCount() int {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return len(nd.lost)
 }
 
 // watch reports the abort record once it is published, or the loss of the
@@ -87,7 +188,7 @@ func (nd *nodes) watch(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		nd.events <- nodeEvent{lost: err}
+		nd.events <- nodeEvent{lost: err, store: nd.addr}
 		return
 	}
 	rec, err := nd.readAbort(ctx)
@@ -95,7 +196,7 @@ func (nd *nodes) watch(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		nd.events <- nodeEvent{lost: err}
+		nd.events <- nodeEvent{lost: err, store: nd.addr}
 		return
 	}
 	nd.events <- nodeEvent{rec: rec}
@@ -147,7 +248,7 @@ func (nd *nodes) count(ctx context.Context, key string) error {
 // rendezvous runs the join protocol and learns j.torchPort.
 func (nd *nodes) rendezvous(ctx context.Context, j *job) error {
 	c := &j.cfg
-	conf := fmt.Sprintf("nnodes=%d nproc=%d", c.Nnodes, c.NprocPerNode)
+	conf := fmt.Sprintf("nnodes=%d nproc=%d rdzv_id=%s master_port=%d", c.Nnodes, c.NprocPerNode, c.RdzvID, c.MasterPort)
 	if nd.node == 0 {
 		if err := nd.st.Set(ctx, "config", []byte(conf)); err != nil {
 			return err
@@ -197,6 +298,10 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 		cause = interruptible(ctx, sigs, nd.events, func(ctx context.Context) error {
 			return nd.st.Wait(ctx, "all_finished")
 		})
+		var lost *NodeLostError
+		if errors.As(cause, &lost) {
+			_ = nd.publish(abortRecord{Node: nd.node, Reason: lost.Error()})
+		}
 		var ie *InterruptedError
 		if errors.As(cause, &ie) {
 			if other := nd.publish(abortRecord{Node: nd.node, Reason: ie.Error()}); other != nil {
@@ -223,7 +328,19 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 	defer cancel()
 	_ = nd.count(bg, "left")
 	if nd.node == 0 {
-		_ = nd.st.Wait(bg, "all_left")
+		// Keep the store up until every live node has left.
+		for bg.Err() == nil {
+			v, err := nd.st.Add(bg, "left", 0)
+			if err != nil || v >= int64(nd.n-nd.lostCount()) {
+				break
+			}
+			t := time.NewTimer(20 * time.Millisecond)
+			select {
+			case <-bg.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 	}
 	return cause
 }
@@ -231,6 +348,7 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 func (nd *nodes) close() {
 	nd.stopWatch()
 	<-nd.watchDone
+	<-nd.beatDone
 	nd.st.Close()
 	nd.client.Close()
 }
@@ -270,15 +388,21 @@ func interruptible(ctx context.Context, sigs <-chan os.Signal, events <-chan nod
 	}
 }
 
-// join connects this node to the job's store and waits for every node.
+// join connects this node to the job's store and waits for every node, for
+// at most RdzvTimeout; then it names the nodes that never came.
 func (j *job) join(ctx context.Context) (*nodes, error) {
 	c := &j.cfg
 	addr := j.storeAddr
 	if j.server != nil {
 		addr = dialable(j.server.Addr())
 	}
+	rctx, cancel := context.WithTimeout(ctx, c.RdzvTimeout)
+	defer cancel()
+	timedOut := func(err error) bool {
+		return err != nil && ctx.Err() == nil && rctx.Err() != nil
+	}
 	var cl *store.Client
-	err := interruptible(ctx, c.Signals, nil, func(ctx context.Context) error {
+	err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
 		var err error
 		cl, err = store.Dial(ctx, addr, j.token)
 		return err
@@ -287,24 +411,57 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 		if cl != nil {
 			cl.Close()
 		}
+		if timedOut(err) {
+			return nil, &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, Missing: []int{0},
+				NprocPerNode: c.NprocPerNode, Store: addr, Reason: "node 0's store never answered"}
+		}
 		var ie *InterruptedError
 		if errors.As(err, &ie) {
+			if ie.Err != nil && ctx.Err() == nil {
+				ie.Err = ctx.Err()
+			}
 			return nil, err
 		}
 		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
 	}
-	nd := newNodes(cl, c.NodeRank, c.Nnodes)
-	err = interruptible(ctx, c.Signals, nd.events, func(ctx context.Context) error {
+	nd := newNodes(cl, addr, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
+	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
 		return nd.rendezvous(ctx, j)
 	})
 	if err != nil {
+		if timedOut(err) {
+			err = nd.timeoutError(c, addr)
+		}
 		if other := nd.publish(abortRecord{Node: c.NodeRank, Reason: err.Error()}); other != nil {
 			err = other
 		}
+		close(nd.beatDone) // never started
 		nd.close()
 		return nil, err
 	}
+	bctx, bcancel := context.WithCancel(context.Background())
+	go nd.heartbeat(bctx)
+	stopWatch := nd.stopWatch
+	nd.stopWatch = func() { bcancel(); stopWatch() }
 	return nd, nil
+}
+
+// timeoutError names the nodes whose join counter is still zero.
+func (nd *nodes) timeoutError(c *Config, addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	e := &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr}
+	for r := range nd.n {
+		v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0)
+		if err != nil {
+			e.Reason = "the store stopped answering: " + err.Error()
+			break
+		}
+		if v == 0 {
+			e.Missing = append(e.Missing, r)
+		}
+	}
+	return e
 }
 
 // dialable turns a listening address into one this host can dial.

@@ -111,7 +111,14 @@ func TestRunWorkerEnv(t *testing.T) {
 				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
 			}
 		}
-		for _, k := range []string{"TORCHELASTIC_USE_AGENT_STORE", "DETCOLL_STORE_PORT"} {
+		for k, v := range map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": "0",
+			"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "DETCOLL_TCP_HOST": "127.0.0.1",
+			"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"} {
+			if vars[k] != v {
+				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
+			}
+		}
+		for _, k := range []string{"DETCOLL_STORE_PORT"} {
 			if v, ok := vars[k]; ok {
 				t.Errorf("rank %d: %s=%q should have been removed", r, k, v)
 			}
@@ -366,12 +373,22 @@ func TestRunConfigErrors(t *testing.T) {
 	}{
 		{"no command", func(c *Config) { c.Cmd = nil }, "no worker command"},
 		{"negative nproc", func(c *Config) { c.NprocPerNode = -1 }, "NprocPerNode"},
-		{"node rank out of range", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.NodeRank = 2 }, "NodeRank=2"},
-		{"standalone multi-node", func(c *Config) { c.Nnodes = 2 }, "Standalone needs Nnodes=1"},
+		{"node rank out of range", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.NodeRank = 2 }, "NodeRank (--node-rank)=2"},
+		{"standalone multi-node", func(c *Config) { c.Nnodes = 2 }, "Standalone (--standalone) needs Nnodes=1"},
 		{"multi-node no addr", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.MasterPort = 5 }, "need MasterAddr"},
 		{"multi-node no port", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.MasterAddr = "h" }, "need MasterPort"},
-		{"bad port", func(c *Config) { c.MasterPort = 70000 }, "MasterPort=70000"},
+		{"bad port", func(c *Config) { c.MasterPort = 70000 }, "MasterPort (--master-port)=70000"},
 		{"negative grace", func(c *Config) { c.GracePeriod = -1 }, "GracePeriod"},
+		{"node 1 without token", func(c *Config) {
+			c.Standalone = false
+			c.Nnodes, c.NodeRank, c.MasterAddr, c.MasterPort = 2, 1, "127.0.0.1", 5000
+		}, "needs the job's token"},
+		{"master addr not here", func(c *Config) { c.Standalone = false; c.MasterAddr = "192.0.2.1" }, "not an address of this host"},
+		{"store port is torch's", func(c *Config) { c.MasterPort, c.StorePort = 5000, 5000 }, "StorePort (--store-port)=5000 is MasterPort"},
+		{"restarts multi-node", func(c *Config) {
+			c.Standalone = false
+			c.Nnodes, c.MasterAddr, c.MasterPort, c.MaxRestarts = 2, "127.0.0.1", 5000, 1
+		}, "single node only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base
@@ -390,7 +407,7 @@ func TestRunConfigErrors(t *testing.T) {
 // runNodes runs one Run per node concurrently, as on separate hosts.
 func runNodes(t *testing.T, nnodes, nproc int, mode string, extra ...string) ([]error, []*syncBuffer) {
 	t.Helper()
-	port := freeTestPort(t)
+	port, storePort := freeTestPort(t), freeTestPort(t)
 	errs := make([]error, nnodes)
 	outs := make([]*syncBuffer, nnodes)
 	var wg sync.WaitGroup
@@ -398,7 +415,7 @@ func runNodes(t *testing.T, nnodes, nproc int, mode string, extra ...string) ([]
 		cfg, stdout, _ := testConfig(t, nproc, mode, extra...)
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank = nnodes, node
-		cfg.MasterAddr, cfg.MasterPort = "127.0.0.1", port
+		cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = "127.0.0.1", port, storePort
 		cfg.Token = "shared"
 		cfg.GracePeriod = time.Second
 		outs[node] = stdout
@@ -479,7 +496,7 @@ func TestRunMultiNodeFailure(t *testing.T) {
 
 // Interrupting one node stops the whole job.
 func TestRunMultiNodeInterrupt(t *testing.T) {
-	port := freeTestPort(t)
+	port, freeStore := freeTestPort(t), freeTestPort(t)
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	defer cancel0()
 	var wg sync.WaitGroup
@@ -489,6 +506,7 @@ func TestRunMultiNodeInterrupt(t *testing.T) {
 		cfg, stdout, _ := testConfig(t, 1, "trap")
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort = 2, node, "127.0.0.1", port
+		cfg.StorePort, cfg.Token = freeStore, "shared"
 		outs[node] = stdout
 		ctx := context.Background()
 		if node == 0 {
@@ -527,13 +545,14 @@ func TestRunClosedSignalsChannel(t *testing.T) {
 }
 
 func TestRunMultiNodeConfigMismatch(t *testing.T) {
-	port := freeTestPort(t)
+	port, freeStore := freeTestPort(t), freeTestPort(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for node := range 2 {
 		cfg, _, _ := testConfig(t, 1+node, "hello") // node 1 has a different NprocPerNode
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort = 2, node, "127.0.0.1", port
+		cfg.StorePort, cfg.Token = freeStore, "shared"
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
