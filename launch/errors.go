@@ -76,7 +76,11 @@ func (e *WorkerError) Error() string {
 	}
 	s := fmt.Sprintf("launch: rank %d (node %d, local rank %d%s) %s", e.Rank, e.NodeRank, e.LocalRank, pid, how)
 	if len(e.NamedBy) > 0 {
-		s += fmt.Sprintf("; rank%s %s named it as the peer their operation failed on", plural(len(e.NamedBy)), joinInts(e.NamedBy))
+		their := "their operations"
+		if len(e.NamedBy) == 1 {
+			their = "its operation"
+		}
+		s += fmt.Sprintf("; rank%s %s named it as the peer %s failed on", plural(len(e.NamedBy)), joinInts(e.NamedBy), their)
 	}
 	if e.Detail != "" {
 		s += ": " + e.Detail
