@@ -89,7 +89,7 @@ type Config struct {
 	// LogDir receives LogDir/RdzvID/attempt_N/LOCAL_RANK/{stdout,stderr}.log
 	// for the streams in Redirects (file only) and Tee (file and console).
 	// Empty with Redirects or Tee set means a new temporary directory.
-	LogDir        string
+	LogDir         string
 	Redirects, Tee Streams
 	// LocalRanksFilter, if not nil, lists the local ranks whose output is
 	// shown on the console.

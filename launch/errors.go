@@ -118,10 +118,10 @@ func (e *WorkerError) Report() string {
 
 // NodeLostError reports a node whose heartbeat stopped while the job ran.
 type NodeLostError struct {
-	Node           int
-	FirstRank      int // the node's ranks are FirstRank … FirstRank+Ranks-1
-	Ranks          int
-	Silent         time.Duration // how long no heartbeat came
+	Node      int
+	FirstRank int // the node's ranks are FirstRank … FirstRank+Ranks-1
+	Ranks     int
+	Silent    time.Duration // how long no heartbeat came
 }
 
 func (e *NodeLostError) Error() string {

@@ -237,8 +237,8 @@ func (j *job) supervise(ctx context.Context) error {
 	}
 
 	var (
-		cause      error   // why the job stopped, if it did
-		failed     *worker // the first local worker that failed on its own
+		cause      error      // why the job stopped, if it did
+		failed     *worker    // the first local worker that failed on its own
 		published  chan error // result of publishing a non-worker cause to other nodes
 		stopping   bool
 		killed     bool
