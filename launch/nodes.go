@@ -152,12 +152,11 @@ func (nd *nodes) heartbeat(ctx context.Context) {
 }
 
 // confirmLost reports whether node r is lost, waiting up to lostAfter (and
-// a beat) for the heartbeat monitor to decide.
+// two beats) for the heartbeat monitor to decide. A beat seen two periods
+// after the call proves r alive (an earlier one may predate its death).
 func (nd *nodes) confirmLost(r int) bool {
-	deadline := time.Now().Add(nd.lostAfter() + 2*nd.beat)
-	nd.mu.Lock()
-	first := nd.lastBeat[r]
-	nd.mu.Unlock()
+	start := time.Now()
+	deadline := start.Add(nd.lostAfter() + 2*nd.beat)
 	for time.Now().Before(deadline) {
 		nd.mu.Lock()
 		lost, last := nd.lost[r], nd.lastBeat[r]
@@ -165,8 +164,8 @@ func (nd *nodes) confirmLost(r int) bool {
 		if lost {
 			return true
 		}
-		if last.After(first) {
-			return false // it is alive
+		if last.After(start.Add(2 * nd.beat)) {
+			return false
 		}
 		time.Sleep(nd.beat / 2)
 	}

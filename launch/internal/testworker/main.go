@@ -51,6 +51,9 @@ func run() error {
 	// communicator's (DETCOLL_TIMEOUT) bounds each.
 	ctx = context.Background()
 	rank, world := job.Env.Rank, job.Env.WorldSize
+	if len(os.Args) > 1 && os.Args[1] == "--print-host" {
+		fmt.Printf("HOST %s\n", os.Getenv("DETCOLL_TCP_HOST"))
+	}
 	switch os.Getenv("TW_MODE") {
 	case "results":
 		// Every dtype and algorithm on an odd count: the digest of each
