@@ -139,7 +139,7 @@ func TestTwoHostsNetns(t *testing.T) {
 	lenv := cleanEnv("DETCOLL_TOKEN=netns-test-token", "TW_MODE=loop", "TW_ITERS=100000", "DETCOLL_TIMEOUT=10s")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out0, err0, out1 bytes.Buffer
+	var out0, err0, out1 lockedBuffer
 	n0 := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns[0], detcollBin}, nodeArgs(0, port, workerBin)...)...)
 	n0.Env, n0.Stdout, n0.Stderr = lenv, &out0, &err0
 	n1 := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns[1], detcollBin}, nodeArgs(1, port, workerBin)...)...)
@@ -170,4 +170,23 @@ func TestTwoHostsNetns(t *testing.T) {
 		t.Errorf("node 0 after node 1 was killed: %v\n%s", err, report)
 	}
 	t.Logf("node 0 reported within %v: %s", took.Round(time.Millisecond), strings.SplitN(report[strings.LastIndex(report, "detcoll: "):], "\n", 2)[0])
+}
+
+// lockedBuffer is a bytes.Buffer that a test may read while a command
+// writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
