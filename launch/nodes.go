@@ -152,11 +152,13 @@ func (nd *nodes) heartbeat(ctx context.Context) {
 }
 
 // confirmLost reports whether node r is lost, waiting up to lostAfter (and
-// two beats) for the heartbeat monitor to decide. A beat seen two periods
+// some beats) for the heartbeat monitor to decide. A beat seen two periods
 // after the call proves r alive (an earlier one may predate its death).
 func (nd *nodes) confirmLost(r int) bool {
 	start := time.Now()
-	deadline := start.Add(nd.lostAfter() + 2*nd.beat)
+	// The monitor sees a silence lostAfter after the last beat it observed,
+	// which may be a beat (and a tick) after the node died.
+	deadline := start.Add(nd.lostAfter() + 4*nd.beat + time.Second)
 	for time.Now().Before(deadline) {
 		nd.mu.Lock()
 		lost, last := nd.lost[r], nd.lastBeat[r]
