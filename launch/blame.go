@@ -74,10 +74,7 @@ func (j *job) blame(first *worker) *WorkerError {
 	if node := r / c.NprocPerNode; node != c.NodeRank {
 		e := &WorkerError{Rank: r, NodeRank: node, LocalRank: r % c.NprocPerNode, ExitStatus: -1,
 			Remote: true, Unresponsive: true, NamedBy: namedBy(r)}
-		if j.nodes != nil && j.nodes.confirmLost(node) {
-			e.NodeLost = true
-		}
-		return e
+		return e // supervise asks that node, or learns it is lost
 	}
 	w := j.workers[r%c.NprocPerNode]
 	e := j.workerError(w)

@@ -261,6 +261,13 @@ func lookupShort(s string) *flagSpec {
 	return nil
 }
 
+// usageError marks a Config error found by ParseArgs as a usage error
+// without changing its text.
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{e.err, ErrUsage} }
+
 func usageErr(format string, args ...any) error {
 	return fmt.Errorf("launch: %w: %s", ErrUsage, fmt.Sprintf(format, args...))
 }
@@ -412,7 +419,7 @@ func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, erro
 		c.MasterPort = DefaultMasterPort
 	}
 	if _, err := c.normalize(); err != nil {
-		return Config{}, fmt.Errorf("%w (%w)", err, ErrUsage)
+		return Config{}, usageError{err}
 	}
 	return c, nil
 }

@@ -151,27 +151,55 @@ func (nd *nodes) heartbeat(ctx context.Context) {
 	}
 }
 
-// confirmLost reports whether node r is lost, waiting up to lostAfter (and
-// some beats) for the heartbeat monitor to decide. A beat seen two periods
-// after the call proves r alive (an earlier one may predate its death).
-func (nd *nodes) confirmLost(r int) bool {
+// awaitRemote waits for node r to publish the job's root cause (returned)
+// or to be found lost (lost true): up to d, or longer if the heartbeat
+// monitor needs it to decide. A beat seen two periods after the call proves
+// r alive; then only its record is awaited, until d.
+func (nd *nodes) awaitRemote(r int, d time.Duration) (cause error, lost bool) {
 	start := time.Now()
-	// The monitor sees a silence lostAfter after the last beat it observed,
-	// which may be a beat (and a tick) after the node died.
-	deadline := start.Add(nd.lostAfter() + 4*nd.beat + time.Second)
-	for time.Now().Before(deadline) {
+	// The monitor sees a silence lostAfter after the last beat it
+	// observed, which may be a beat (and a tick) after the node died.
+	lostBy := start.Add(nd.lostAfter() + 4*nd.beat + time.Second)
+	deadline := start.Add(d)
+	tick := time.NewTicker(max(nd.beat/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
 		nd.mu.Lock()
-		lost, last := nd.lost[r], nd.lastBeat[r]
+		isLost, last := nd.lost[r], nd.lastBeat[r]
 		nd.mu.Unlock()
-		if lost {
-			return true
+		alive := last.After(start.Add(2 * nd.beat))
+		switch {
+		case isLost:
+			return nil, true
+		case time.Now().After(deadline) && (alive || time.Now().After(lostBy)):
+			return nil, false
 		}
-		if last.After(start.Add(2 * nd.beat)) {
-			return false
+		select {
+		case ev := <-nd.events:
+			if ev.lost == nil && ev.lostNode == nil && ev.rec.Node != nd.node {
+				return ev.err(), false
+			}
+			if ev.lost != nil {
+				return nil, false
+			}
+		case <-tick.C:
 		}
-		time.Sleep(nd.beat / 2)
 	}
-	return false
+}
+
+// publishedCause returns the root cause another node already published,
+// or nil.
+func (nd *nodes) publishedCause() error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if n, err := nd.st.Add(ctx, "abort_claim", 0); err != nil || n == 0 {
+		return nil
+	}
+	rec, err := nd.readAbort(ctx)
+	if err != nil || rec.Node == nd.node {
+		return nil
+	}
+	return rec.err()
 }
 
 func (nd *nodes) lostCount() int {

@@ -237,18 +237,19 @@ func (j *job) supervise(ctx context.Context) error {
 	}
 
 	var (
-		cause      error      // why the job stopped, if it did
-		failed     *worker    // the first local worker that failed on its own
-		published  chan error // result of publishing a non-worker cause to other nodes
-		stopping   bool
-		killed     bool
-		killTimer  <-chan time.Time
-		running    = res.n
-		reaped     = 0
-		ctxDone    = ctx.Done()
-		sigs       = c.Signals
-		remote     <-chan nodeEvent
-		publishRec = func(rec abortRecord) {
+		cause       error      // why the job stopped, if it did
+		failed      *worker    // the first local worker that failed on its own
+		published   chan error // result of publishing a non-worker cause to other nodes
+		stopping    bool
+		killed      bool
+		killTimer   <-chan time.Time
+		running     = res.n
+		reaped      = 0
+		ctxDone     = ctx.Done()
+		sigs        = c.Signals
+		remote      <-chan nodeEvent
+		remoteCause error // another node's published root cause, once seen
+		publishRec  = func(rec abortRecord) {
 			if j.nodes != nil {
 				published = make(chan error, 1)
 				go func() { published <- j.nodes.publish(rec) }()
@@ -315,6 +316,9 @@ func (j *job) supervise(ctx context.Context) error {
 				stop(sigTerm)
 			}
 		case ev := <-remote:
+			if ev.lost == nil && ev.lostNode == nil && ev.rec.Node != c.NodeRank {
+				remoteCause = ev.err() // another node's root cause
+			}
 			if !stopping && (ev.lost != nil || ev.lostNode != nil || ev.rec.Node != c.NodeRank) {
 				cause = ev.err()
 				stop(sigTerm)
@@ -326,12 +330,27 @@ func (j *job) supervise(ctx context.Context) error {
 	}
 
 	j.drainAll()
-	if failed != nil {
+	if failed != nil && remoteCause == nil && j.nodes != nil {
+		remoteCause = j.nodes.publishedCause()
+	}
+	if failed != nil && remoteCause != nil {
+		cause = remoteCause // another node decided first: every node reports its cause
+	} else if failed != nil {
 		we := j.blame(failed)
 		cause = we
 		if j.nodes != nil {
-			if other := j.nodes.publish(abortRecord{Node: c.NodeRank, Worker: we}); other != nil {
-				cause = other // another node failed first: report its root cause
+			var other error
+			if we.Remote {
+				// The blamed rank's own node saw more (a stop, a
+				// signal): give it the time to stop its workers and
+				// say, unless its heartbeat shows it is gone.
+				other, we.NodeLost = j.nodes.awaitRemote(we.NodeRank, c.GracePeriod+drainTimeout+time.Second)
+			}
+			if other == nil {
+				other = j.nodes.publish(abortRecord{Node: c.NodeRank, Worker: we})
+			}
+			if other != nil {
+				cause = other // another node's root cause: every node reports it
 			}
 		}
 	} else if published != nil {

@@ -355,3 +355,32 @@ dist.destroy_process_group()`
 		}
 	}
 }
+
+// Two nodes on this host, rank 3 (node 1) stopped mid-job: both nodes name
+// it as stopped, the node that only saw timeouts included.
+func TestBlameStoppedRankAcrossNodes(t *testing.T) {
+	port := freePort(t)
+	env := cleanEnv("DETCOLL_TOKEN=tok", "TW_MODE=loop", "TW_FAULT=stop", "TW_FAULT_RANK=3", "TW_FAULT_AT=3", "DETCOLL_TIMEOUT=2s")
+	var res [2]result
+	done := make(chan struct{})
+	for node := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			res[node] = detcoll(t, 40*time.Second, env, "launch", "--nnodes", "2", "--node-rank", strconv.Itoa(node), "--nproc-per-node", "2",
+				"--master-addr", "127.0.0.1", "--master-port", strconv.Itoa(port), "--rdzv-timeout", "20s", "--grace-period", "1s", workerBin)
+		}()
+	}
+	<-done
+	<-done
+	for node, r := range res {
+		i := strings.LastIndex(r.stderr, "detcoll: launch:")
+		if i < 0 {
+			t.Fatalf("node %d: exit %d, no report\n%s", node, r.code, r.stderr)
+		}
+		first := strings.SplitN(r.stderr[i:], "\n", 2)[0]
+		if r.code != 1 || !strings.Contains(first, "rank 3 (node 1, local rank 1") || !strings.Contains(first, "was stopped (SIGSTOP") {
+			t.Errorf("node %d: exit %d, report %q; want rank 3 stopped", node, r.code, first)
+		}
+		t.Logf("node %d: %v: %s", node, r.took.Round(time.Millisecond), first)
+	}
+}
