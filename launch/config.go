@@ -78,8 +78,8 @@ type Config struct {
 	// RdzvTimeout bounds the wait for the other nodes; 0 means
 	// DefaultRdzvTimeout.
 	RdzvTimeout time.Duration
-	// MaxRestarts is how many times the whole worker group is restarted
-	// after a worker failure (single node only).
+	// MaxRestarts is how many times the whole worker group (every node's)
+	// is restarted after a worker failure, each time with a new store.
 	MaxRestarts int
 	Role        string // ROLE_NAME; "" means "default"
 	// MonitorInterval is the node heartbeat period; 0 means
@@ -195,8 +195,6 @@ func (c Config) normalize() (Config, error) {
 		return bad("MonitorInterval (--monitor-interval)=%v is negative", c.MonitorInterval)
 	case c.MaxRestarts < 0:
 		return bad("MaxRestarts (--max-restarts)=%d is negative", c.MaxRestarts)
-	case c.MaxRestarts > 0 && c.Nnodes > 1:
-		return bad("MaxRestarts (--max-restarts)=%d with %d nodes: restarts are supported on a single node only", c.MaxRestarts, c.Nnodes)
 	case c.RdzvBackend != "static" && c.RdzvBackend != "c10d":
 		return bad("RdzvBackend (--rdzv-backend)=%q is not static or c10d", c.RdzvBackend)
 	case c.Standalone && c.Nnodes != 1:

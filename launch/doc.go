@@ -143,5 +143,6 @@
 // up until every node has left. A node that loses its connection to the
 // store stops its workers, and so does a node whose peers' heartbeats (one
 // per MonitorInterval) stop for six periods (at least 3 s). There is no
-// elasticity; MaxRestarts restarts the worker group of a single node.
+// elasticity; MaxRestarts restarts every node's worker group, node 0
+// serving a new store for each attempt.
 package launch

@@ -159,7 +159,7 @@ var launchFlags = []flagSpec{
 			return err
 		}},
 	{name: "max-restarts", env: []string{"DETCOLL_MAX_RESTARTS", "PET_MAX_RESTARTS"}, arg: "N",
-		help: "restart the whole worker group up to N times after a worker failure (single node only)",
+		help: "restart the whole worker group (every node's) up to N times after a worker failure",
 		set: func(o *cliOpts, v string) (err error) {
 			o.cfg.MaxRestarts, err = intValue(v, 0)
 			return err

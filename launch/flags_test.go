@@ -161,7 +161,6 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--local-addr", "192.0.2.78", "x"}, "not an address of this host"},
 		{[]string{"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "x"}, "needs the job's token"},
 		{[]string{"--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "x"}, "--node-rank"},
-		{[]string{"--nnodes", "2", "--max-restarts", "1", "--master-addr", "127.0.0.1", "x"}, "single node only"},
 		{[]string{"-x", "y"}, "unknown flag -x"},
 	} {
 		_, err := parse(t, nil, tc.args...)

@@ -25,6 +25,9 @@ import (
 //	finished      counter of nodes whose workers are done; all_finished
 //	left          counter of nodes done with the store; all_left
 //	hb/<r>        counter: node r's heartbeat, one per MonitorInterval
+//
+// After the N-th restart the keys are under keyPrefix+"attemptN/", in the
+// new store node 0 serves for that attempt.
 const keyPrefix = "detcoll/launch/"
 
 // lostAfterBeats is how many heartbeat periods of silence make a node lost
@@ -92,9 +95,9 @@ type nodes struct {
 	lost     map[int]bool
 }
 
-func newNodes(cl *store.Client, addr string, node, n, nproc int, beat time.Duration) *nodes {
+func newNodes(cl *store.Client, addr, prefix string, node, n, nproc int, beat time.Duration) *nodes {
 	ctx, cancel := context.WithCancel(context.Background())
-	nd := &nodes{client: cl, st: store.Prefix(cl, keyPrefix), addr: addr, node: node, n: n, nproc: nproc, beat: beat,
+	nd := &nodes{client: cl, st: store.Prefix(cl, prefix), addr: addr, node: node, n: n, nproc: nproc, beat: beat,
 		events: make(chan nodeEvent, 2), stopWatch: cancel, watchDone: make(chan struct{}), beatDone: make(chan struct{}),
 		lastBeat: map[int]time.Time{}, lost: map[int]bool{}}
 	go nd.watch(ctx)
@@ -418,15 +421,36 @@ func interruptible(ctx context.Context, sigs <-chan os.Signal, events <-chan nod
 }
 
 // join connects this node to the job's store and waits for every node, for
-// at most RdzvTimeout; then it names the nodes that never came.
+// at most RdzvTimeout; then it names the nodes that never came. After a
+// restart a node other than 0 may first reach node 0's previous store,
+// about to close: losing it then is not an error, it dials again.
 func (j *job) join(ctx context.Context) (*nodes, error) {
+	c := &j.cfg
+	rctx, cancel := context.WithTimeout(ctx, c.RdzvTimeout)
+	defer cancel()
+	for {
+		nd, err := j.joinOnce(ctx, rctx)
+		var ie *InterruptedError
+		var rt *RendezvousTimeoutError
+		if err == nil || j.attempt == 0 || c.NodeRank == 0 || errors.Is(err, ErrInvalidConfig) ||
+			errors.As(err, &ie) || errors.As(err, &rt) || rctx.Err() != nil {
+			return nd, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-rctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	c := &j.cfg
 	addr := j.storeAddr
 	if j.server != nil {
 		addr = dialable(j.server.Addr())
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.RdzvTimeout)
-	defer cancel()
 	timedOut := func(err error) bool {
 		return err != nil && ctx.Err() == nil && rctx.Err() != nil
 	}
@@ -453,13 +477,24 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 		}
 		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
 	}
-	nd := newNodes(cl, addr, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
+	prefix := keyPrefix
+	if j.attempt > 0 {
+		prefix += "attempt" + strconv.Itoa(j.attempt) + "/"
+	}
+	nd := newNodes(cl, addr, prefix, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
 	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
 		return nd.rendezvous(ctx, j)
 	})
 	if err != nil {
-		if timedOut(err) {
+		var ie *InterruptedError
+		switch {
+		case timedOut(err):
 			err = nd.timeoutError(c, addr)
+		case j.attempt > 0 && c.NodeRank != 0 && !errors.Is(err, ErrInvalidConfig) && !errors.As(err, &ie):
+			// Probably node 0's previous store closing: join will retry.
+			close(nd.beatDone)
+			nd.close()
+			return nil, err
 		}
 		if other := nd.publish(abortRecord{Node: c.NodeRank, Reason: err.Error()}); other != nil {
 			err = other

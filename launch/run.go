@@ -77,9 +77,10 @@ func Run(ctx context.Context, cfg Config) error {
 
 // restartable reports whether --max-restarts applies to err: a worker
 // failure, not an interruption or a setup error.
+// Every node of a job sees the same root cause, so all decide alike.
 func restartable(err error) bool {
 	var we *WorkerError
-	return errors.As(err, &we)
+	return errors.As(err, &we) && !we.NodeLost
 }
 
 type job struct {
@@ -128,6 +129,7 @@ func (j *job) run(ctx context.Context) error {
 // runAttempt runs the worker group once, with a fresh store.
 func (j *job) runAttempt(ctx context.Context) (err error) {
 	c := &j.cfg
+	j.nodes, j.server = nil, nil
 	if c.NodeRank == 0 {
 		if err := j.serve(); err != nil {
 			return err

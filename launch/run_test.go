@@ -385,10 +385,6 @@ func TestRunConfigErrors(t *testing.T) {
 		}, "needs the job's token"},
 		{"master addr not here", func(c *Config) { c.Standalone = false; c.MasterAddr = "192.0.2.1" }, "not an address of this host"},
 		{"store port is torch's", func(c *Config) { c.MasterPort, c.StorePort = 5000, 5000 }, "StorePort (--store-port)=5000 is MasterPort"},
-		{"restarts multi-node", func(c *Config) {
-			c.Standalone = false
-			c.Nnodes, c.MasterAddr, c.MasterPort, c.MaxRestarts = 2, "127.0.0.1", 5000, 1
-		}, "single node only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base

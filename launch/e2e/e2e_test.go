@@ -384,3 +384,32 @@ func TestBlameStoppedRankAcrossNodes(t *testing.T) {
 		t.Logf("node %d: %v: %s", node, r.took.Round(time.Millisecond), first)
 	}
 }
+
+// --max-restarts with two nodes: rank 3 (node 1) fails in the first attempt;
+// both nodes restart their workers, which then all succeed.
+func TestMaxRestartsTwoNodes(t *testing.T) {
+	port := freePort(t)
+	script := `echo "attempt $TORCHELASTIC_RESTART_COUNT"; if [ "$RANK" = 3 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; sleep 0.3`
+	var res [2]result
+	done := make(chan struct{})
+	for node := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			res[node] = detcoll(t, 40*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), "launch", "--nnodes", "2", "--node-rank", strconv.Itoa(node),
+				"--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", strconv.Itoa(port), "--rdzv-timeout", "20s",
+				"--max-restarts", "2", "--grace-period", "1s", "/bin/sh", "-c", script)
+		}()
+	}
+	<-done
+	<-done
+	for node, r := range res {
+		if r.code != 0 || strings.Count(r.stderr, "restarting it (restart 1 of 2)") != 1 || strings.Contains(r.stderr, "restart 2 of 2") {
+			t.Errorf("node %d: exit %d\n%s%s", node, r.code, r.stdout, r.stderr)
+		}
+		for local := range 2 {
+			if want := fmt.Sprintf("[rank %d] attempt 1", 2*node+local); !strings.Contains(r.stdout, want) {
+				t.Errorf("node %d: missing %q\n%s", node, want, r.stdout)
+			}
+		}
+	}
+}
