@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -483,6 +484,8 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	}
 	nd := newNodes(cl, addr, prefix, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
 	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
+		stopTell := nd.tellWaiting(ctx, c)
+		defer stopTell()
 		return nd.rendezvous(ctx, j)
 	})
 	if err != nil {
@@ -508,6 +511,41 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	stopWatch := nd.stopWatch
 	nd.stopWatch = func() { bcancel(); stopWatch() }
 	return nd, nil
+}
+
+// Waiting for nodes is reported after waitNotice, then every waitRepeat.
+var waitNotice, waitRepeat = 5 * time.Second, 30 * time.Second
+
+// tellWaiting prints, while the rendezvous waits, which nodes have not
+// joined yet, so that a node waiting for absent peers is never silent.
+func (nd *nodes) tellWaiting(ctx context.Context, c *Config) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		t := time.NewTimer(waitNotice)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			var missing []string
+			for r := range nd.n {
+				if v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0); err == nil && v == 0 {
+					missing = append(missing, fmt.Sprintf("node %d (ranks %s)", r, rankRange(r*nd.nproc, nd.nproc)))
+				}
+			}
+			if len(missing) > 0 && ctx.Err() == nil {
+				fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for %s to join (%v of the %v rendezvous timeout)\n",
+					nd.node, strings.Join(missing, ", "), time.Since(start).Round(time.Second), c.RdzvTimeout)
+			}
+			t.Reset(waitRepeat)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // timeoutError names the nodes whose join counter is still zero.

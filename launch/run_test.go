@@ -564,3 +564,30 @@ func TestRunMultiNodeConfigMismatch(t *testing.T) {
 		t.Errorf("node 0: Run = %v, want an AbortError from node 1", errs[0])
 	}
 }
+
+// A node waiting for absent peers says so, then times out naming them.
+func TestRunRendezvousWaitsLoudlyThenTimesOut(t *testing.T) {
+	defer func(n, r time.Duration) { waitNotice, waitRepeat = n, r }(waitNotice, waitRepeat)
+	waitNotice, waitRepeat = 200*time.Millisecond, 300*time.Millisecond
+	cfg, _, _ := testConfig(t, 2, "hello")
+	var stderr syncBuffer
+	cfg.Stderr = &stderr
+	cfg.Standalone = false
+	cfg.Nnodes, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 3, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.RdzvTimeout = time.Second
+	err, took := runWithin(t, context.Background(), cfg, 20*time.Second)
+	var rt *RendezvousTimeoutError
+	if !errors.As(err, &rt) || !errors.Is(err, ErrRendezvousTimeout) || fmt.Sprint(rt.Missing) != "[1 2]" ||
+		!strings.Contains(err.Error(), "node 1 (ranks 2-3), node 2 (ranks 4-5) never joined") {
+		t.Fatalf("Run = %v, want a rendezvous timeout naming nodes 1 and 2", err)
+	}
+	if !strings.Contains(stderr.String(), "detcoll launch: node 0: waiting for node 1 (ranks 2-3), node 2 (ranks 4-5) to join") {
+		t.Errorf("no waiting notice:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "DETCOLL_TOKEN=") {
+		t.Errorf("node 0 did not print its generated token:\n%s", stderr.String())
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+}
