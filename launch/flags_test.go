@@ -199,3 +199,15 @@ func TestFailureOf(t *testing.T) {
 		t.Error("parsed a malformed marker")
 	}
 }
+
+func TestParseArgsLoopbackNameMultiNode(t *testing.T) {
+	// "localhost" on node 0 of two nodes: the others could never reach it.
+	_, err := parse(t, nil, "--nnodes", "2", "--master-addr", "localhost", "x")
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "resolves only to the loopback address") {
+		t.Errorf("localhost for 2 nodes: %v", err)
+	}
+	// A literal loopback address stays allowed (several nodes on one host).
+	if _, err := parse(t, nil, "--nnodes", "2", "--master-addr", "127.0.0.1", "x"); err != nil {
+		t.Errorf("127.0.0.1 for 2 nodes on one host: %v", err)
+	}
+}

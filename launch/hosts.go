@@ -83,11 +83,16 @@ func (c *Config) checkHosts() error {
 	}
 	h := hostInfo{}
 	if c.NodeRank == 0 {
+		// Prefer a routable address: a host name often also resolves to
+		// 127.0.1.1 or ::1, which the other nodes cannot reach.
 		for _, ip := range ips {
-			if isLocal(ip, locals) {
+			if isLocal(ip, locals) && (h.masterIP == nil || h.masterIP.IsLoopback()) {
 				h.masterIP = ip
-				break
 			}
+		}
+		if h.masterIP != nil && h.masterIP.IsLoopback() && c.Nnodes > 1 && net.ParseIP(strings.Trim(c.MasterAddr, "[]")) == nil {
+			return fmt.Errorf("MasterAddr (--master-addr) %q resolves only to the loopback address %v here, which the other nodes cannot reach: give node 0's routable address",
+				c.MasterAddr, h.masterIP)
 		}
 		if h.masterIP == nil {
 			return fmt.Errorf("MasterAddr (--master-addr) %q (%v) is not an address of this host, and node 0 serves the store there: give node 0's own address (this host has %v)",
