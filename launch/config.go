@@ -45,6 +45,11 @@ type Config struct {
 	Nnodes       int // nodes in the job; 0 means 1
 	NodeRank     int // this node, 0 … Nnodes-1; node 0 serves the store
 
+	// AssignNodeRank (torchrun's c10d rendezvous without --node-rank)
+	// ignores NodeRank: the node that owns MasterAddr and binds the store
+	// port first is node 0, the others get 1 … Nnodes-1 in join order.
+	AssignNodeRank bool
+
 	// MasterAddr is node 0's address: node 0 serves detcoll's store there
 	// and workers get it as MASTER_ADDR. It must be an address of node 0
 	// itself; the other nodes must have a route to it. Required with
@@ -109,7 +114,8 @@ type Config struct {
 	// group; the first one also stops the job.
 	Signals <-chan os.Signal
 
-	hosts hostInfo // filled by normalize
+	hosts       hostInfo // filled by normalize
+	clientHosts hostInfo // with AssignNodeRank: hosts if another node serves
 }
 
 // parseDuration accepts a Go duration or a number of seconds.
@@ -166,6 +172,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
+	if c.AssignNodeRank && c.Nnodes <= 1 {
+		c.AssignNodeRank, c.NodeRank = false, 0 // one node: it is node 0
+	}
 	if c.StorePort == 0 && c.MasterPort != 0 {
 		if c.MasterPort == 65535 {
 			return bad("MasterPort=65535 leaves no MasterPort+1 for detcoll's store; set StorePort (--store-port)")
@@ -179,7 +188,7 @@ func (c Config) normalize() (Config, error) {
 		return bad("NprocPerNode (--nproc-per-node)=%d is negative", c.NprocPerNode)
 	case c.Nnodes < 0:
 		return bad("Nnodes (--nnodes)=%d is negative", c.Nnodes)
-	case c.NodeRank < 0 || c.NodeRank >= c.Nnodes:
+	case !c.AssignNodeRank && (c.NodeRank < 0 || c.NodeRank >= c.Nnodes):
 		return bad("NodeRank (--node-rank)=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
 		return bad("MasterPort (--master-port)=%d is not in 0…65535", c.MasterPort)
@@ -203,7 +212,7 @@ func (c Config) normalize() (Config, error) {
 		return bad("%d nodes need MasterAddr (--master-addr: node 0's address)", c.Nnodes)
 	case c.Nnodes > 1 && c.StorePort == 0:
 		return bad("%d nodes need MasterPort or StorePort (--master-port, --store-port)", c.Nnodes)
-	case c.Nnodes > 1 && c.NodeRank > 0 && c.Token == "":
+	case c.Nnodes > 1 && c.NodeRank > 0 && c.Token == "" && !c.AssignNodeRank:
 		return bad("node %d of %d needs the job's token: set %s (or --token) to the value node 0 printed", c.NodeRank, c.Nnodes, EnvToken)
 	}
 	for _, lr := range c.LocalRanksFilter {
@@ -221,8 +230,14 @@ func (c Config) normalize() (Config, error) {
 	if c.Standalone || c.MasterAddr == "" {
 		c.MasterAddr = "127.0.0.1"
 	}
+	if c.AssignNodeRank {
+		c.NodeRank = 0 // until the rendezvous says
+	}
 	if err := c.checkHosts(); err != nil {
 		return Config{}, fmt.Errorf("launch: %w: %w", ErrInvalidConfig, err)
+	}
+	if c.AssignNodeRank && !c.hosts.hostable && c.Token == "" {
+		return bad("MasterAddr %q is not this host's, so another node serves the store: set %s (or --token) to the value it printed", c.MasterAddr, EnvToken)
 	}
 	return c, nil
 }

@@ -415,7 +415,12 @@ func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, erro
 	default:
 		c.Cmd = slices.Clone(cmd)
 	}
-	if c.Nnodes > 1 && c.MasterPort == 0 {
+	if c.RdzvBackend == "c10d" && !o.nodeRankSet {
+		c.AssignNodeRank = true // torchrun's c10d assigns node ranks
+	}
+	if c.Nnodes > 1 && c.MasterPort == 0 && o.rdzvEndpoint == "" {
+		// torchrun's static default; with an endpoint (c10d) node 0
+		// picks a free MASTER_PORT, as torchrun's agent does.
 		c.MasterPort = DefaultMasterPort
 	}
 	if _, err := c.normalize(); err != nil {

@@ -482,6 +482,25 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	if j.attempt > 0 {
 		prefix += "attempt" + strconv.Itoa(j.attempt) + "/"
 	}
+	if c.NodeRank < 0 { // torchrun's c10d without --node-rank: join order
+		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
+			v, err := store.Prefix(cl, prefix).Add(ctx, "next_node", 1)
+			if err == nil && v >= int64(c.Nnodes) {
+				err = fmt.Errorf("launch: %w: more nodes joined than Nnodes (--nnodes)=%d", ErrInvalidConfig, c.Nnodes)
+			}
+			if err == nil {
+				c.NodeRank = int(v)
+			}
+			return err
+		})
+		if err != nil {
+			cl.Close()
+			if timedOut(err) {
+				err = &RendezvousTimeoutError{Node: -1, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr, Reason: "no node rank was assigned"}
+			}
+			return nil, err
+		}
+	}
 	nd := newNodes(cl, addr, prefix, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
 	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
 		stopTell := nd.tellWaiting(ctx, c)

@@ -104,11 +104,10 @@ func (j *job) run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return &InterruptedError{Err: ctx.Err()}
 	}
-	if j.token == "" {
+	if j.token == "" && !c.AssignNodeRank {
 		j.token = randomToken()
 		if c.Nnodes > 1 { // normalize let only node 0 through without one
-			fmt.Fprintf(c.Stderr, "detcoll launch: node 0: no token was given, so this job's store uses a new one.\n"+
-				"detcoll launch: start the other nodes with %s=%s in their environment (or --token %s).\n", EnvToken, j.token, j.token)
+			j.printToken()
 		}
 	}
 	if err := j.openLogRoot(); err != nil {
@@ -126,13 +125,57 @@ func (j *job) run(ctx context.Context) error {
 	}
 }
 
+func (j *job) printToken() {
+	fmt.Fprintf(j.cfg.Stderr, "detcoll launch: node 0: no token was given, so this job's store uses a new one.\n"+
+		"detcoll launch: start the other nodes with %s=%s in their environment (or --token %s).\n", EnvToken, j.token, j.token)
+}
+
+// decideRole makes this node node 0 if it owns MasterAddr and binds the
+// store port first (torchrun's c10d "is host" rule); otherwise its rank is
+// assigned when it joins (NodeRank -1 until then).
+func (j *job) decideRole() error {
+	c := &j.cfg
+	c.NodeRank = -1
+	if !c.hosts.hostable {
+		return nil
+	}
+	generated := j.token == ""
+	if generated {
+		j.token = randomToken()
+	}
+	err := j.serve()
+	switch {
+	case err == nil:
+		c.NodeRank = 0
+		if generated {
+			j.printToken()
+		}
+		return nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		c.hosts = c.clientHosts // another node of this host serves the store
+		if generated {
+			return fmt.Errorf("launch: %w: another node serves the store at %s:%d, so this one needs the job's token: set %s (or --token) to the value it printed",
+				ErrInvalidConfig, c.MasterAddr, c.StorePort, EnvToken)
+		}
+		return nil
+	}
+	return err
+}
+
 // runAttempt runs the worker group once, with a fresh store.
 func (j *job) runAttempt(ctx context.Context) (err error) {
 	c := &j.cfg
 	j.nodes, j.server = nil, nil
-	if c.NodeRank == 0 {
-		if err := j.serve(); err != nil {
+	if c.AssignNodeRank && j.attempt == 0 {
+		if err := j.decideRole(); err != nil {
 			return err
+		}
+	}
+	if c.NodeRank == 0 {
+		if j.server == nil {
+			if err := j.serve(); err != nil {
+				return err
+			}
 		}
 		defer func() {
 			if cerr := j.server.Close(); err == nil && cerr != nil {

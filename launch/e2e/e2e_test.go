@@ -413,3 +413,43 @@ func TestMaxRestartsTwoNodes(t *testing.T) {
 		}
 	}
 }
+
+// torchrun's usual multi-node line: --rdzv-backend c10d --rdzv-endpoint,
+// no --node-rank. The node that binds the endpoint first is node 0, the
+// other gets node rank 1; MASTER_PORT is a free port node 0 picked.
+func TestC10dAssignsNodeRanks(t *testing.T) {
+	port := freePort(t)
+	var res [2]result
+	done := make(chan struct{})
+	for node := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			res[node] = detcoll(t, 40*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), "launch", "--nnodes", "2", "--nproc_per_node", "2",
+				"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:"+strconv.Itoa(port), "--rdzv_id", "c10djob", "--rdzv-timeout", "20s",
+				"/bin/sh", "-c", `echo "node $GROUP_RANK rank $RANK of $WORLD_SIZE store $DETCOLL_STORE_ADDR port $MASTER_PORT"`)
+		}()
+	}
+	<-done
+	<-done
+	all := res[0].stdout + res[1].stdout
+	ports := regexp.MustCompile(`port (\d+)`).FindAllStringSubmatch(all, -1)
+	for node, r := range res {
+		if r.code != 0 {
+			t.Fatalf("node %d: exit %d\n%s%s", node, r.code, r.stdout, r.stderr)
+		}
+	}
+	for rank := range 4 {
+		want := fmt.Sprintf("[rank %d] node %d rank %d of 4 store 127.0.0.1:%d", rank, rank/2, rank, port)
+		if !strings.Contains(all, want) {
+			t.Errorf("missing %q in\n%s", want, all)
+		}
+	}
+	if len(ports) != 4 || ports[0][1] == strconv.Itoa(port) {
+		t.Errorf("MASTER_PORT: %q", ports)
+	}
+	for _, p := range ports {
+		if p[1] != ports[0][1] {
+			t.Errorf("ranks disagree on MASTER_PORT: %q", ports)
+		}
+	}
+}
