@@ -457,6 +457,11 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	}
 	var cl *store.Client
 	err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
+		stop := notice(ctx, func(waited time.Duration) {
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for node 0's store at %s (%v of the %v rendezvous timeout)\n",
+				c.NodeRank, addr, waited.Round(time.Second), c.RdzvTimeout)
+		})
+		defer stop()
 		var err error
 		cl, err = store.Dial(ctx, addr, j.token)
 		return err
@@ -535,9 +540,10 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 // Waiting for nodes is reported after waitNotice, then every waitRepeat.
 var waitNotice, waitRepeat = 5 * time.Second, 30 * time.Second
 
-// tellWaiting prints, while the rendezvous waits, which nodes have not
-// joined yet, so that a node waiting for absent peers is never silent.
-func (nd *nodes) tellWaiting(ctx context.Context, c *Config) (stop func()) {
+// notice calls say after waitNotice and then every waitRepeat until ctx
+// ends or stop is called, so that a node waiting for others is never
+// silent.
+func notice(ctx context.Context, say func(waited time.Duration)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	start := time.Now()
@@ -551,20 +557,28 @@ func (nd *nodes) tellWaiting(ctx context.Context, c *Config) (stop func()) {
 				return
 			case <-t.C:
 			}
-			var missing []string
-			for r := range nd.n {
-				if v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0); err == nil && v == 0 {
-					missing = append(missing, fmt.Sprintf("node %d (ranks %s)", r, rankRange(r*nd.nproc, nd.nproc)))
-				}
-			}
-			if len(missing) > 0 && ctx.Err() == nil {
-				fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for %s to join (%v of the %v rendezvous timeout)\n",
-					nd.node, strings.Join(missing, ", "), time.Since(start).Round(time.Second), c.RdzvTimeout)
-			}
+			say(time.Since(start))
 			t.Reset(waitRepeat)
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// tellWaiting prints, while the rendezvous waits, which nodes have not
+// joined yet.
+func (nd *nodes) tellWaiting(ctx context.Context, c *Config) (stop func()) {
+	return notice(ctx, func(waited time.Duration) {
+		var missing []string
+		for r := range nd.n {
+			if v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0); err == nil && v == 0 {
+				missing = append(missing, fmt.Sprintf("node %d (ranks %s)", r, rankRange(r*nd.nproc, nd.nproc)))
+			}
+		}
+		if len(missing) > 0 && ctx.Err() == nil {
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for %s to join (%v of the %v rendezvous timeout)\n",
+				nd.node, strings.Join(missing, ", "), waited.Round(time.Second), c.RdzvTimeout)
+		}
+	})
 }
 
 // timeoutError names the nodes whose join counter is still zero.

@@ -591,3 +591,22 @@ func TestRunRendezvousWaitsLoudlyThenTimesOut(t *testing.T) {
 		t.Errorf("took %v", took)
 	}
 }
+
+// A node whose node 0 never serves says what it waits for.
+func TestRunNodeWaitsForStoreLoudly(t *testing.T) {
+	defer func(n, r time.Duration) { waitNotice, waitRepeat = n, r }(waitNotice, waitRepeat)
+	waitNotice, waitRepeat = 200*time.Millisecond, 300*time.Millisecond
+	cfg, _, _ := testConfig(t, 1, "hello")
+	var stderr syncBuffer
+	cfg.Stderr = &stderr
+	cfg.Standalone = false
+	cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 2, 1, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.Token, cfg.RdzvTimeout = "tok", time.Second
+	err, _ := runWithin(t, context.Background(), cfg, 20*time.Second)
+	if !errors.Is(err, ErrRendezvousTimeout) || !strings.Contains(err.Error(), "node 0's store never answered") {
+		t.Fatalf("Run = %v", err)
+	}
+	if !strings.Contains(stderr.String(), "detcoll launch: node 1: waiting for node 0's store at 127.0.0.1:") {
+		t.Errorf("no waiting notice:\n%s", stderr.String())
+	}
+}
