@@ -338,6 +338,7 @@ func TestTokenPolicyTwoNodes(t *testing.T) {
 // torch.distributed (Gloo) under detcoll launch: env:// finds MASTER_PORT
 // free for torch's own store and every rank gets the same sum.
 func TestTorchGlooUnderLaunch(t *testing.T) {
+	t.Parallel() // importing torch takes seconds per rank: overlap the other tests
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
 		t.Skip("no PyTorch in /usr/bin/python3")
 	}
