@@ -6,8 +6,8 @@
 // Environment: see package launch for the rank variables and the store
 // address rule (detcoll's store never takes torch's MASTER_PORT), and
 // package transport/tcp for DETCOLL_TCP_HOST, the address this rank listens
-// on and advertises (default 127.0.0.1: set it to a routable address of the
-// host for multi-node jobs). DETCOLL_TIMEOUT (a Go duration, default 5m)
+// on and advertises (default 127.0.0.1; `detcoll launch` sets it to the
+// address of the host that routes to the master, see docs/launcher.md). DETCOLL_TIMEOUT (a Go duration, default 5m)
 // bounds every collective whose context has no deadline.
 package cluster
 

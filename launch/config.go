@@ -2,22 +2,21 @@ package launch
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// Variables read by ConfigFromEnv, one per Config field that a command line
-// would set. Nnodes, NodeRank and Token come from EnvNnodes, EnvNodeRank and
-// EnvToken, the variables Run also gives its workers.
+// Variables that stand in for flags of `detcoll launch` (see ParseArgs for
+// the full list: every flag reads DETCOLL_… and then torchrun's PET_…).
+// Nnodes, NodeRank and Token come from EnvNnodes, EnvNodeRank and EnvToken,
+// the variables Run also gives its workers.
 const (
 	EnvNprocPerNode = "DETCOLL_NPROC_PER_NODE"
-	EnvMasterAddr   = "DETCOLL_MASTER_ADDR" // falls back to MASTER_ADDR
-	EnvMasterPort   = "DETCOLL_MASTER_PORT" // falls back to MASTER_PORT
+	EnvMasterAddr   = "DETCOLL_MASTER_ADDR" // falls back to PET_MASTER_ADDR, MASTER_ADDR
+	EnvMasterPort   = "DETCOLL_MASTER_PORT" // falls back to PET_MASTER_PORT, MASTER_PORT
 	EnvStandalone   = "DETCOLL_STANDALONE"
 	EnvGracePeriod  = "DETCOLL_GRACE_PERIOD" // a Go duration ("10s") or seconds ("10")
 )
@@ -31,33 +30,75 @@ const (
 	// TailLines is how many of a failed worker's last output lines
 	// WorkerError keeps.
 	TailLines = 20
+	// DefaultMonitorInterval is the node heartbeat period.
+	DefaultMonitorInterval = 500 * time.Millisecond
 )
 
-// ErrInvalidConfig is wrapped by Run's and ConfigFromEnv's errors about the
+// ErrInvalidConfig is wrapped by Run's and ParseArgs's errors about the
 // Config itself.
 var ErrInvalidConfig = errors.New("invalid launch config")
 
 // Config describes the job of one node. Every node of a job uses the same
-// Nnodes, NprocPerNode, MasterAddr, MasterPort and Token.
+// Nnodes, NprocPerNode, MasterAddr, MasterPort, StorePort, RdzvID and Token.
 type Config struct {
 	NprocPerNode int // workers on this node; 0 means 1
 	Nnodes       int // nodes in the job; 0 means 1
 	NodeRank     int // this node, 0 … Nnodes-1; node 0 serves the store
 
-	// MasterAddr:MasterPort is node 0's address, where detcoll's store
-	// listens. Required with several nodes. On a single node MasterAddr
-	// defaults to 127.0.0.1 and MasterPort 0 picks a free port.
+	// AssignNodeRank (torchrun's c10d rendezvous without --node-rank)
+	// ignores NodeRank: the node that owns MasterAddr and binds the store
+	// port first is node 0, the others get 1 … Nnodes-1 in join order.
+	AssignNodeRank bool
+
+	// MasterAddr is node 0's address: node 0 serves detcoll's store there
+	// and workers get it as MASTER_ADDR. It must be an address of node 0
+	// itself; the other nodes must have a route to it. Required with
+	// several nodes; 127.0.0.1 by default on one.
 	MasterAddr string
+	// MasterPort is exactly the MASTER_PORT workers get (torch's port);
+	// 0 picks a free one (node 0 picks, the others learn it).
 	MasterPort int
+	// StorePort is detcoll's store on node 0, never MasterPort: 0 means
+	// MasterPort+1 when MasterPort is set, else a free port (one node
+	// only). Workers find the store in DETCOLL_STORE_ADDR.
+	StorePort int
 
 	// Standalone runs a single-node job whose store listens on 127.0.0.1
 	// only; MasterAddr is ignored and Nnodes must be 1.
 	Standalone bool
 
-	// Token is the store's shared secret. Empty on a single node means a
-	// random one; with several nodes it means none (anyone who can reach
-	// MasterAddr:MasterPort can use the store).
+	// Token is the store's shared secret. Empty on a single node, or on
+	// node 0 of several, means a random one (node 0 of several prints it
+	// on Stderr for the other nodes); the other nodes must be given it.
 	Token string
+
+	// TCPHost is the address this node's workers listen on and advertise
+	// (DETCOLL_TCP_HOST). Empty means the variable from Env if set, else
+	// 127.0.0.1 on one node, else the address of this host that routes to
+	// MasterAddr.
+	TCPHost string
+
+	RdzvBackend string // "static" (default) or "c10d": the same here
+	RdzvID      string // job id, TORCHELASTIC_RUN_ID; "" means "none"
+	// RdzvTimeout bounds the wait for the other nodes; 0 means
+	// DefaultRdzvTimeout.
+	RdzvTimeout time.Duration
+	// MaxRestarts is how many times the whole worker group (every node's)
+	// is restarted after a worker failure, each time with a new store.
+	MaxRestarts int
+	Role        string // ROLE_NAME; "" means "default"
+	// MonitorInterval is the node heartbeat period; 0 means
+	// DefaultMonitorInterval.
+	MonitorInterval time.Duration
+
+	// LogDir receives LogDir/RdzvID/attempt_N/LOCAL_RANK/{stdout,stderr}.log
+	// for the streams in Redirects (file only) and Tee (file and console).
+	// Empty with Redirects or Tee set means a new temporary directory.
+	LogDir         string
+	Redirects, Tee Streams
+	// LocalRanksFilter, if not nil, lists the local ranks whose output is
+	// shown on the console.
+	LocalRanksFilter []int
 
 	Cmd []string // the worker command and its arguments
 
@@ -72,60 +113,9 @@ type Config struct {
 	// for SIGINT and SIGTERM) that Run forwards to every worker's process
 	// group; the first one also stops the job.
 	Signals <-chan os.Signal
-}
 
-// ConfigFromEnv returns a Config whose NprocPerNode, Nnodes, NodeRank,
-// MasterAddr, MasterPort, Standalone, Token and GracePeriod come from the
-// DETCOLL_* variables read through getenv (normally os.Getenv); unset
-// variables leave zero values. A command typically uses the result as its
-// flag defaults (see RegisterFlags) so that flags override the environment.
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	var c Config
-	var errs []error
-	get := func(names ...string) (string, string) {
-		for _, n := range names {
-			if v := strings.TrimSpace(getenv(n)); v != "" {
-				return n, v
-			}
-		}
-		return "", ""
-	}
-	num := func(dst *int, names ...string) {
-		n, v := get(names...)
-		if v == "" {
-			return
-		}
-		x, err := strconv.Atoi(v)
-		if err != nil || x < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q is not a non-negative integer", n, v))
-			return
-		}
-		*dst = x
-	}
-	num(&c.NprocPerNode, EnvNprocPerNode)
-	num(&c.Nnodes, EnvNnodes)
-	num(&c.NodeRank, EnvNodeRank)
-	num(&c.MasterPort, EnvMasterPort, "MASTER_PORT")
-	_, c.MasterAddr = get(EnvMasterAddr, "MASTER_ADDR")
-	c.Token = getenv(EnvToken)
-	if n, v := get(EnvStandalone); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q is not a boolean", n, v))
-		}
-		c.Standalone = b
-	}
-	if n, v := get(EnvGracePeriod); v != "" {
-		d, err := parseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %v", n, v, err))
-		}
-		c.GracePeriod = d
-	}
-	if len(errs) > 0 {
-		return Config{}, fmt.Errorf("launch: %w: %w", ErrInvalidConfig, errors.Join(errs...))
-	}
-	return c, nil
+	hosts       hostInfo // filled by normalize
+	clientHosts hostInfo // with AssignNodeRank: hosts if another node serves
 }
 
 // parseDuration accepts a Go duration or a number of seconds.
@@ -143,24 +133,8 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, err
 }
 
-// RegisterFlags defines torchrun-style flags on fs (--nproc-per-node,
-// --nnodes, --node-rank, --master-addr, --master-port, --standalone,
-// --token, --grace-period) that write into c, with c's current values as
-// defaults. Call it on the result of ConfigFromEnv so that every flag can
-// also come from the environment; flags given on the command line win.
-// Passing the token in DETCOLL_TOKEN rather than --token keeps it out of ps.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.IntVar(&c.NprocPerNode, "nproc-per-node", c.NprocPerNode, "workers per node (env "+EnvNprocPerNode+"; 0 means 1)")
-	fs.IntVar(&c.Nnodes, "nnodes", c.Nnodes, "number of nodes (env "+EnvNnodes+"; 0 means 1)")
-	fs.IntVar(&c.NodeRank, "node-rank", c.NodeRank, "rank of this node (env "+EnvNodeRank+")")
-	fs.StringVar(&c.MasterAddr, "master-addr", c.MasterAddr, "address of node 0 (env "+EnvMasterAddr+" or MASTER_ADDR)")
-	fs.IntVar(&c.MasterPort, "master-port", c.MasterPort, "port of detcoll's store on node 0 (env "+EnvMasterPort+" or MASTER_PORT; 0 picks a free one on a single node)")
-	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "single-node job, store on 127.0.0.1 (env "+EnvStandalone+")")
-	fs.StringVar(&c.Token, "token", c.Token, "store secret (prefer env "+EnvToken+")")
-	fs.DurationVar(&c.GracePeriod, "grace-period", c.GracePeriod, "time between SIGTERM and SIGKILL (env "+EnvGracePeriod+"; 0 means 5s)")
-}
-
-// normalize applies defaults and checks c.
+// normalize applies defaults and checks c, host addresses included, so that
+// a bad config fails before anything starts.
 func (c Config) normalize() (Config, error) {
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("launch: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
@@ -174,6 +148,21 @@ func (c Config) normalize() (Config, error) {
 	if c.GracePeriod == 0 {
 		c.GracePeriod = DefaultGracePeriod
 	}
+	if c.RdzvTimeout == 0 {
+		c.RdzvTimeout = DefaultRdzvTimeout
+	}
+	if c.MonitorInterval == 0 {
+		c.MonitorInterval = DefaultMonitorInterval
+	}
+	if c.RdzvBackend == "" {
+		c.RdzvBackend = "static"
+	}
+	if c.RdzvID == "" {
+		c.RdzvID = "none"
+	}
+	if c.Role == "" {
+		c.Role = "default"
+	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
 	}
@@ -183,28 +172,72 @@ func (c Config) normalize() (Config, error) {
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
+	if c.AssignNodeRank && c.Nnodes <= 1 {
+		c.AssignNodeRank, c.NodeRank = false, 0 // one node: it is node 0
+	}
+	if c.StorePort == 0 && c.MasterPort != 0 {
+		if c.MasterPort == 65535 {
+			return bad("MasterPort=65535 leaves no MasterPort+1 for detcoll's store; set StorePort (--store-port)")
+		}
+		c.StorePort = c.MasterPort + 1
+	}
 	switch {
 	case len(c.Cmd) == 0 || c.Cmd[0] == "":
 		return bad("no worker command")
 	case c.NprocPerNode < 0:
-		return bad("NprocPerNode=%d is negative", c.NprocPerNode)
+		return bad("NprocPerNode (--nproc-per-node)=%d is negative", c.NprocPerNode)
 	case c.Nnodes < 0:
-		return bad("Nnodes=%d is negative", c.Nnodes)
-	case c.NodeRank < 0 || c.NodeRank >= c.Nnodes:
-		return bad("NodeRank=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
+		return bad("Nnodes (--nnodes)=%d is negative", c.Nnodes)
+	case !c.AssignNodeRank && (c.NodeRank < 0 || c.NodeRank >= c.Nnodes):
+		return bad("NodeRank (--node-rank)=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
-		return bad("MasterPort=%d is not in 0…65535", c.MasterPort)
+		return bad("MasterPort (--master-port)=%d is not in 0…65535", c.MasterPort)
+	case c.StorePort < 0 || c.StorePort > 65535:
+		return bad("StorePort (--store-port)=%d is not in 0…65535", c.StorePort)
+	case c.StorePort != 0 && c.StorePort == c.MasterPort:
+		return bad("StorePort (--store-port)=%d is MasterPort, torch's port; detcoll's store needs another", c.StorePort)
 	case c.GracePeriod < 0:
-		return bad("GracePeriod=%v is negative", c.GracePeriod)
+		return bad("GracePeriod (--grace-period)=%v is negative", c.GracePeriod)
+	case c.RdzvTimeout < 0:
+		return bad("RdzvTimeout (--rdzv-timeout)=%v is negative", c.RdzvTimeout)
+	case c.MonitorInterval < 0:
+		return bad("MonitorInterval (--monitor-interval)=%v is negative", c.MonitorInterval)
+	case c.MaxRestarts < 0:
+		return bad("MaxRestarts (--max-restarts)=%d is negative", c.MaxRestarts)
+	case c.RdzvBackend != "static" && c.RdzvBackend != "c10d":
+		return bad("RdzvBackend (--rdzv-backend)=%q is not static or c10d", c.RdzvBackend)
 	case c.Standalone && c.Nnodes != 1:
-		return bad("Standalone needs Nnodes=1, not %d", c.Nnodes)
+		return bad("Standalone (--standalone) needs Nnodes=1, not %d", c.Nnodes)
 	case c.Nnodes > 1 && c.MasterAddr == "":
-		return bad("%d nodes need MasterAddr (node 0's address)", c.Nnodes)
-	case c.Nnodes > 1 && c.MasterPort == 0:
-		return bad("%d nodes need MasterPort (the store's port on node 0)", c.Nnodes)
+		return bad("%d nodes need MasterAddr (--master-addr: node 0's address)", c.Nnodes)
+	case c.Nnodes > 1 && c.StorePort == 0:
+		return bad("%d nodes need MasterPort or StorePort (--master-port, --store-port)", c.Nnodes)
+	case c.Nnodes > 1 && c.NodeRank > 0 && c.Token == "" && !c.AssignNodeRank:
+		return bad("node %d of %d needs the job's token: set %s (or --token) to the value node 0 printed", c.NodeRank, c.Nnodes, EnvToken)
+	}
+	for _, lr := range c.LocalRanksFilter {
+		if lr < 0 || lr >= c.NprocPerNode {
+			return bad("LocalRanksFilter (--local-ranks-filter) names local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
+		}
+	}
+	for _, s := range []Streams{c.Redirects, c.Tee} {
+		for lr := range s.PerRank {
+			if lr < 0 || lr >= c.NprocPerNode {
+				return bad("Redirects/Tee (--redirects, --tee) name local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
+			}
+		}
 	}
 	if c.Standalone || c.MasterAddr == "" {
 		c.MasterAddr = "127.0.0.1"
+	}
+	if c.AssignNodeRank {
+		c.NodeRank = 0 // until the rendezvous says
+	}
+	if err := c.checkHosts(); err != nil {
+		return Config{}, fmt.Errorf("launch: %w: %w", ErrInvalidConfig, err)
+	}
+	if c.AssignNodeRank && !c.hosts.hostable && c.Token == "" {
+		return bad("MasterAddr %q is not this host's, so another node serves the store: set %s (or --token) to the value it printed", c.MasterAddr, EnvToken)
 	}
 	return c, nil
 }

@@ -59,24 +59,29 @@
 //
 // # The launcher
 //
-// Run starts Config.NprocPerNode copies of Config.Cmd on this node. Node 0
-// (NodeRank 0) serves the store on MasterAddr:MasterPort (127.0.0.1 only in
-// standalone mode, every interface otherwise; port 0 picks a free one on a
-// single node). The torch rendezvous port is a different, free port that
-// node 0 picks after its store is listening and hands to the other nodes
-// through the store: workers see it as MASTER_PORT, so a worker's own
-// torch.distributed TCPStore never collides with detcoll's store, which
-// workers find in DETCOLL_STORE_ADDR.
+// ParseArgs reads `detcoll launch`'s command line with torchrun's grammar
+// and flags (see docs/launcher.md for the table); Run starts
+// Config.NprocPerNode copies of Config.Cmd on this node. Node 0 (NodeRank 0)
+// serves the store on MasterAddr:StorePort (MasterAddr must be one of its
+// own addresses; the store binds it, never every interface). Workers get
+// MASTER_PORT = Config.MasterPort exactly, free for torch; the store's port
+// is StorePort, by default MasterPort+1 (the store port rule above), and
+// workers find it in DETCOLL_STORE_ADDR. With MasterPort 0 node 0 picks a
+// free torch port and hands it to the other nodes through the store.
 //
 // Global rank = NodeRank*NprocPerNode + local rank. Each worker gets, on top
 // of Config.Env: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 // GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR,
-// MASTER_PORT (torchrun's), DETCOLL_RANK, DETCOLL_WORLD_SIZE,
-// DETCOLL_LOCAL_RANK, DETCOLL_LOCAL_WORLD_SIZE, DETCOLL_NODE_RANK,
-// DETCOLL_NNODES, DETCOLL_STORE_ADDR, DETCOLL_TOKEN (detcoll's), and
-// OMP_NUM_THREADS=1 when more than one worker runs per node and it is unset
-// (as torchrun does). TORCHELASTIC_USE_AGENT_STORE and DETCOLL_STORE_PORT
-// are removed, since no agent store exists and the store address is explicit.
+// MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+// TORCHELASTIC_RUN_ID, TORCHELASTIC_USE_AGENT_STORE=False (no agent store
+// listens on MASTER_PORT), TORCHELASTIC_ERROR_FILE when logs are written
+// (torchrun's), DETCOLL_RANK, DETCOLL_WORLD_SIZE, DETCOLL_LOCAL_RANK,
+// DETCOLL_LOCAL_WORLD_SIZE, DETCOLL_NODE_RANK, DETCOLL_NNODES,
+// DETCOLL_STORE_ADDR, DETCOLL_TOKEN and DETCOLL_TCP_HOST (detcoll's; the
+// address of this host that routes to MasterAddr, 127.0.0.1 on one node,
+// or Config.TCPHost), and torchrun's defaults OMP_NUM_THREADS=1 (more than
+// one worker per node) and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 /
+// NCCL_ASYNC_ERROR_HANDLING=1 when unset. DETCOLL_STORE_PORT is removed.
 //
 // Each worker runs in its own process group, with no stdin; on Linux it is
 // also SIGKILLed if the launcher dies without stopping it. Every line it
@@ -94,10 +99,17 @@
 // later, SIGKILL. It returns once every worker has exited:
 //
 //   - nil if all exited 0;
-//   - *WorkerError for the root cause: the first rank that failed on its own,
-//     with its exit status or signal and its last TailLines lines of output.
-//     Workers that die because Run stopped them are never the root cause.
-//     With several nodes every node reports the same root cause;
+//   - *WorkerError for the root cause, by the blame rules: a worker killed
+//     by a signal Run did not send; else a worker found stopped (SIGSTOP)
+//     at the first failure; else the rank reached by following the peers
+//     named in the failing workers' FailureMarker lines (see ReportFailure)
+//     to one that did not fail on its own; else the first rank that failed.
+//     It carries the exit status or signal, the ranks that named it and its
+//     last TailLines lines of output. Workers that die because Run stopped
+//     them are never the root cause by their signal. With several nodes
+//     every node reports the same root cause;
+//   - *NodeLostError if another node's heartbeat stopped;
+//   - *RendezvousTimeoutError if the nodes did not all join in time;
 //   - *InterruptedError if ctx or a signal stopped the job first;
 //   - *AbortError if another node aborted the job for another reason;
 //   - *StartError if a worker could not be started;
@@ -117,14 +129,20 @@
 // # Several nodes
 //
 // With Nnodes > 1 every node runs Run with the same Nnodes, NprocPerNode,
-// MasterAddr, MasterPort and Token and its own NodeRank. Nodes meet in the
+// MasterAddr, MasterPort, StorePort, RdzvID and Token and its own NodeRank.
+// Node 0 without a token generates one and prints it on Config.Stderr; the
+// other nodes refuse to start without one. Nodes meet in the
 // store under the key prefix "detcoll/launch/": all nodes must join before
-// any starts its workers, and must agree on Nnodes and NprocPerNode (cancel
-// ctx to give up waiting for a node that never comes); node 0 publishes the
+// any starts its workers, within RdzvTimeout (default 600 s, torchrun's;
+// the error names the nodes that never came), and must agree on Nnodes,
+// NprocPerNode, RdzvID and MasterPort; node 0 publishes the
 // torch port; the first node to fail (a worker failure, an interruption, a
 // bad config) publishes the root cause and every node stops its workers and
 // returns it; a node whose workers all succeeded waits until every node has
 // finished, so every node returns the job's outcome; node 0 keeps the store
 // up until every node has left. A node that loses its connection to the
-// store stops its workers. There is no elasticity and no restart.
+// store stops its workers, and so does a node whose peers' heartbeats (one
+// per MonitorInterval) stop for six periods (at least 3 s). There is no
+// elasticity; MaxRestarts restarts every node's worker group, node 0
+// serving a new store for each attempt.
 package launch

@@ -7,22 +7,43 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
-// WorkerError is the root cause of a failed job: the first worker that
-// failed on its own. Workers stopped by the launcher because of it are not
+// WorkerError is the root cause of a failed job: the worker that failed
+// first on its own, or the one the evidence blames (see the package doc's
+// blame rules). Workers stopped by the launcher because of it are not
 // reported.
 type WorkerError struct {
 	Rank      int // global rank
 	LocalRank int
 	NodeRank  int
-	Pid       int
-	// ExitStatus is the worker's exit status, or -1 if a signal killed it.
+	Pid       int // 0 when the worker ran on another node and is not known
+	// ExitStatus is the worker's exit status, or -1 if a signal killed it
+	// (or, with Remote and Unresponsive, if nothing is known of its exit).
 	ExitStatus int
 	// Signal is the signal that killed the worker, or 0.
 	Signal syscall.Signal
+	// ByLauncher is true when Signal is one the launcher sent it while
+	// stopping the job (so Signal says nothing about the cause).
+	ByLauncher bool `json:",omitempty"`
+	// Stopped is true when the worker was stopped (SIGSTOP, a debugger)
+	// when the first other worker failed.
+	Stopped bool `json:",omitempty"`
+	// Unresponsive is true when the worker did not fail on its own but the
+	// failing workers named it as the peer they were waiting on.
+	Unresponsive bool `json:",omitempty"`
+	// NodeLost is true when the worker's node stopped answering (host down,
+	// network cut, launcher killed).
+	NodeLost bool `json:",omitempty"`
+	// NamedBy lists the ranks whose failure report names this rank as the
+	// peer of their failing operation.
+	NamedBy []int `json:",omitempty"`
+	// Detail is the worker's own error from its FailureMarker line.
+	Detail string `json:",omitempty"`
 	// Tail holds the worker's last output lines (stdout and stderr in
 	// arrival order, without the rank prefix), at most TailLines.
 	Tail []string
@@ -31,11 +52,55 @@ type WorkerError struct {
 }
 
 func (e *WorkerError) Error() string {
-	how := fmt.Sprintf("exited with status %d", e.ExitStatus)
-	if e.Signal != 0 {
+	var how string
+	switch {
+	case e.NodeLost:
+		how = fmt.Sprintf("is gone with node %d: that node stopped answering (host down, network cut, or its launcher killed)", e.NodeRank)
+	case e.Stopped:
+		how = "was stopped (SIGSTOP or a debugger) and stopped answering"
+	case e.Signal != 0 && !e.ByLauncher:
 		how = fmt.Sprintf("was killed by signal %d (%v)", int(e.Signal), e.Signal)
+	case e.Unresponsive:
+		how = "stopped answering"
+		if e.Signal != 0 {
+			how += " (the launcher then stopped it)"
+		}
+	case e.Signal != 0:
+		how = fmt.Sprintf("was killed by signal %d (%v) from the launcher", int(e.Signal), e.Signal)
+	default:
+		how = fmt.Sprintf("exited with status %d", e.ExitStatus)
 	}
-	return fmt.Sprintf("launch: rank %d (node %d, local rank %d, pid %d) %s", e.Rank, e.NodeRank, e.LocalRank, e.Pid, how)
+	pid := ""
+	if e.Pid > 0 {
+		pid = fmt.Sprintf(", pid %d", e.Pid)
+	}
+	s := fmt.Sprintf("launch: rank %d (node %d, local rank %d%s) %s", e.Rank, e.NodeRank, e.LocalRank, pid, how)
+	if len(e.NamedBy) > 0 {
+		their := "their operations"
+		if len(e.NamedBy) == 1 {
+			their = "its operation"
+		}
+		s += fmt.Sprintf("; rank%s %s named it as the peer %s failed on", plural(len(e.NamedBy)), joinInts(e.NamedBy), their)
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Report is Error followed by the output tail, for a human.
@@ -50,6 +115,64 @@ func (e *WorkerError) Report() string {
 	}
 	return b.String()
 }
+
+// NodeLostError reports a node whose heartbeat stopped while the job ran.
+type NodeLostError struct {
+	Node      int
+	FirstRank int // the node's ranks are FirstRank … FirstRank+Ranks-1
+	Ranks     int
+	Silent    time.Duration // how long no heartbeat came
+}
+
+func (e *NodeLostError) Error() string {
+	return fmt.Sprintf("launch: node %d (ranks %s) is gone: no heartbeat for %v (host down, network cut, or its launcher killed)",
+		e.Node, rankRange(e.FirstRank, e.Ranks), e.Silent.Round(100*time.Millisecond))
+}
+
+func rankRange(first, n int) string {
+	if n == 1 {
+		return strconv.Itoa(first)
+	}
+	return fmt.Sprintf("%d-%d", first, first+n-1)
+}
+
+// ErrRendezvousTimeout is wrapped by the error of a node whose peers did not
+// all join within Config.RdzvTimeout.
+var ErrRendezvousTimeout = errors.New("rendezvous timed out")
+
+// RendezvousTimeoutError names the nodes that had not joined when the
+// rendezvous timed out.
+type RendezvousTimeoutError struct {
+	Node         int           // the node reporting
+	Timeout      time.Duration // Config.RdzvTimeout
+	Missing      []int         // nodes that never joined
+	NprocPerNode int
+	Store        string // the store's address
+	Reason       string // set when the store itself was never reached
+}
+
+func (e *RendezvousTimeoutError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "launch: node %d: %v after %v", e.Node, ErrRendezvousTimeout, e.Timeout)
+	if e.Reason != "" {
+		fmt.Fprintf(&b, ": %s", e.Reason)
+	}
+	for i, n := range e.Missing {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "node %d (ranks %s)", n, rankRange(n*e.NprocPerNode, e.NprocPerNode))
+	}
+	if len(e.Missing) > 0 {
+		b.WriteString(" never joined")
+	}
+	fmt.Fprintf(&b, " (store %s; raise --rdzv-timeout or start the missing nodes with the same --nnodes, --master-addr, --master-port and token)", e.Store)
+	return b.String()
+}
+
+func (e *RendezvousTimeoutError) Unwrap() error { return ErrRendezvousTimeout }
 
 // InterruptedError reports a job stopped by a signal on Config.Signals or by
 // its context.
@@ -102,6 +225,9 @@ func ExitCode(err error) int {
 	var ie *InterruptedError
 	switch {
 	case errors.As(err, &we):
+		if we.Stopped || we.Unresponsive || we.NodeLost || we.ByLauncher {
+			return 1
+		}
 		if we.Signal != 0 {
 			return 128 + int(we.Signal)
 		}

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/detcoll/detcoll/store"
@@ -23,7 +25,18 @@ import (
 //	abort         JSON abortRecord: the job's root cause
 //	finished      counter of nodes whose workers are done; all_finished
 //	left          counter of nodes done with the store; all_left
+//	hb/<r>        counter: node r's heartbeat, one per MonitorInterval
+//
+// After the N-th restart the keys are under keyPrefix+"attemptN/", in the
+// new store node 0 serves for that attempt.
 const keyPrefix = "detcoll/launch/"
+
+// lostAfterBeats is how many heartbeat periods of silence make a node lost
+// (at least minLost).
+const (
+	lostAfterBeats = 6
+	minLost        = 3 * time.Second
+)
 
 // storeTimeout bounds one protocol operation that must not hang a stopping
 // launcher (publishing a failure, reading one, leaving).
@@ -49,13 +62,18 @@ func (r abortRecord) err() error {
 // nodeEvent is what the watcher saw: an abort record, or the loss of the
 // store.
 type nodeEvent struct {
-	rec  abortRecord
-	lost error
+	rec      abortRecord
+	lost     error          // the store is gone
+	lostNode *NodeLostError // another node's heartbeat stopped
+	store    string
 }
 
 func (ev nodeEvent) err() error {
 	if ev.lost != nil {
-		return fmt.Errorf("launch: lost the job's store: %w", ev.lost)
+		return fmt.Errorf("launch: lost the job's store at %s (served by node 0: is it gone?): %w", ev.store, ev.lost)
+	}
+	if ev.lostNode != nil {
+		return ev.lostNode
 	}
 	return ev.rec.err()
 }
@@ -64,18 +82,134 @@ func (ev nodeEvent) err() error {
 type nodes struct {
 	client    *store.Client
 	st        store.Store // client under keyPrefix
+	addr      string      // the store's address
 	node, n   int
-	events    chan nodeEvent // at most one, from the watcher
+	nproc     int
+	beat      time.Duration
+	events    chan nodeEvent // from the watcher and the heartbeat monitor
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	beatDone  chan struct{}
+
+	mu       sync.Mutex
+	lastBeat map[int]time.Time // when node r's heartbeat last moved
+	lost     map[int]bool
 }
 
-func newNodes(cl *store.Client, node, n int) *nodes {
+func newNodes(cl *store.Client, addr, prefix string, node, n, nproc int, beat time.Duration) *nodes {
 	ctx, cancel := context.WithCancel(context.Background())
-	nd := &nodes{client: cl, st: store.Prefix(cl, keyPrefix), node: node, n: n,
-		events: make(chan nodeEvent, 1), stopWatch: cancel, watchDone: make(chan struct{})}
+	nd := &nodes{client: cl, st: store.Prefix(cl, prefix), addr: addr, node: node, n: n, nproc: nproc, beat: beat,
+		events: make(chan nodeEvent, 2), stopWatch: cancel, watchDone: make(chan struct{}), beatDone: make(chan struct{}),
+		lastBeat: map[int]time.Time{}, lost: map[int]bool{}}
 	go nd.watch(ctx)
 	return nd
+}
+
+// lostAfter is the silence that makes a node lost.
+func (nd *nodes) lostAfter() time.Duration { return max(lostAfterBeats*nd.beat, minLost) }
+
+// heartbeat runs after the rendezvous: it moves this node's counter every
+// period and watches the others'; a node silent for lostAfter is reported
+// once on events.
+func (nd *nodes) heartbeat(ctx context.Context) {
+	defer close(nd.beatDone)
+	t := time.NewTicker(nd.beat)
+	defer t.Stop()
+	seen := map[int]int64{}
+	start := time.Now()
+	reported := false
+	for {
+		_, _ = nd.st.Add(ctx, "hb/"+strconv.Itoa(nd.node), 1)
+		now := time.Now()
+		for r := range nd.n {
+			if r == nd.node {
+				continue
+			}
+			v, err := nd.st.Add(ctx, "hb/"+strconv.Itoa(r), 0)
+			if err != nil {
+				break // the watcher reports a lost store
+			}
+			nd.mu.Lock()
+			if last, ok := nd.lastBeat[r]; !ok || v != seen[r] {
+				seen[r], nd.lastBeat[r] = v, now
+				if !ok && v == 0 {
+					nd.lastBeat[r] = start
+				}
+			} else if silent := now.Sub(last); silent >= nd.lostAfter() && !nd.lost[r] {
+				nd.lost[r] = true
+				if !reported {
+					reported = true
+					select {
+					case nd.events <- nodeEvent{lostNode: &NodeLostError{Node: r, FirstRank: r * nd.nproc, Ranks: nd.nproc, Silent: silent}}:
+					default:
+					}
+				}
+			}
+			nd.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// awaitRemote waits for node r to publish the job's root cause (returned)
+// or to be found lost (lost true): up to d, or longer if the heartbeat
+// monitor needs it to decide. A beat seen two periods after the call proves
+// r alive; then only its record is awaited, until d.
+func (nd *nodes) awaitRemote(r int, d time.Duration) (cause error, lost bool) {
+	start := time.Now()
+	// The monitor sees a silence lostAfter after the last beat it
+	// observed, which may be a beat (and a tick) after the node died.
+	lostBy := start.Add(nd.lostAfter() + 4*nd.beat + time.Second)
+	deadline := start.Add(d)
+	tick := time.NewTicker(max(nd.beat/2, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		nd.mu.Lock()
+		isLost, last := nd.lost[r], nd.lastBeat[r]
+		nd.mu.Unlock()
+		alive := last.After(start.Add(2 * nd.beat))
+		switch {
+		case isLost:
+			return nil, true
+		case time.Now().After(deadline) && (alive || time.Now().After(lostBy)):
+			return nil, false
+		}
+		select {
+		case ev := <-nd.events:
+			if ev.lost == nil && ev.lostNode == nil && ev.rec.Node != nd.node {
+				return ev.err(), false
+			}
+			if ev.lost != nil {
+				return nil, false
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// publishedCause returns the root cause another node already published,
+// or nil.
+func (nd *nodes) publishedCause() error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if n, err := nd.st.Add(ctx, "abort_claim", 0); err != nil || n == 0 {
+		return nil
+	}
+	rec, err := nd.readAbort(ctx)
+	if err != nil || rec.Node == nd.node {
+		return nil
+	}
+	return rec.err()
+}
+
+func (nd *nodes) lostCount() int {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return len(nd.lost)
 }
 
 // watch reports the abort record once it is published, or the loss of the
@@ -87,7 +221,7 @@ func (nd *nodes) watch(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		nd.events <- nodeEvent{lost: err}
+		nd.events <- nodeEvent{lost: err, store: nd.addr}
 		return
 	}
 	rec, err := nd.readAbort(ctx)
@@ -95,7 +229,7 @@ func (nd *nodes) watch(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		nd.events <- nodeEvent{lost: err}
+		nd.events <- nodeEvent{lost: err, store: nd.addr}
 		return
 	}
 	nd.events <- nodeEvent{rec: rec}
@@ -147,7 +281,7 @@ func (nd *nodes) count(ctx context.Context, key string) error {
 // rendezvous runs the join protocol and learns j.torchPort.
 func (nd *nodes) rendezvous(ctx context.Context, j *job) error {
 	c := &j.cfg
-	conf := fmt.Sprintf("nnodes=%d nproc=%d", c.Nnodes, c.NprocPerNode)
+	conf := fmt.Sprintf("nnodes=%d nproc=%d rdzv_id=%s master_port=%d", c.Nnodes, c.NprocPerNode, c.RdzvID, c.MasterPort)
 	if nd.node == 0 {
 		if err := nd.st.Set(ctx, "config", []byte(conf)); err != nil {
 			return err
@@ -197,6 +331,10 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 		cause = interruptible(ctx, sigs, nd.events, func(ctx context.Context) error {
 			return nd.st.Wait(ctx, "all_finished")
 		})
+		var lost *NodeLostError
+		if errors.As(cause, &lost) {
+			_ = nd.publish(abortRecord{Node: nd.node, Reason: lost.Error()})
+		}
 		var ie *InterruptedError
 		if errors.As(cause, &ie) {
 			if other := nd.publish(abortRecord{Node: nd.node, Reason: ie.Error()}); other != nil {
@@ -223,7 +361,19 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 	defer cancel()
 	_ = nd.count(bg, "left")
 	if nd.node == 0 {
-		_ = nd.st.Wait(bg, "all_left")
+		// Keep the store up until every live node has left.
+		for bg.Err() == nil {
+			v, err := nd.st.Add(bg, "left", 0)
+			if err != nil || v >= int64(nd.n-nd.lostCount()) {
+				break
+			}
+			t := time.NewTimer(20 * time.Millisecond)
+			select {
+			case <-bg.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
 	}
 	return cause
 }
@@ -231,6 +381,7 @@ func (nd *nodes) finish(ctx context.Context, sigs <-chan os.Signal, cause error,
 func (nd *nodes) close() {
 	nd.stopWatch()
 	<-nd.watchDone
+	<-nd.beatDone
 	nd.st.Close()
 	nd.client.Close()
 }
@@ -270,15 +421,47 @@ func interruptible(ctx context.Context, sigs <-chan os.Signal, events <-chan nod
 	}
 }
 
-// join connects this node to the job's store and waits for every node.
+// join connects this node to the job's store and waits for every node, for
+// at most RdzvTimeout; then it names the nodes that never came. After a
+// restart a node other than 0 may first reach node 0's previous store,
+// about to close: losing it then is not an error, it dials again.
 func (j *job) join(ctx context.Context) (*nodes, error) {
+	c := &j.cfg
+	rctx, cancel := context.WithTimeout(ctx, c.RdzvTimeout)
+	defer cancel()
+	for {
+		nd, err := j.joinOnce(ctx, rctx)
+		var ie *InterruptedError
+		var rt *RendezvousTimeoutError
+		if err == nil || j.attempt == 0 || c.NodeRank == 0 || errors.Is(err, ErrInvalidConfig) ||
+			errors.As(err, &ie) || errors.As(err, &rt) || rctx.Err() != nil {
+			return nd, err
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-rctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	c := &j.cfg
 	addr := j.storeAddr
 	if j.server != nil {
 		addr = dialable(j.server.Addr())
 	}
+	timedOut := func(err error) bool {
+		return err != nil && ctx.Err() == nil && rctx.Err() != nil
+	}
 	var cl *store.Client
-	err := interruptible(ctx, c.Signals, nil, func(ctx context.Context) error {
+	err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
+		stop := notice(ctx, func(waited time.Duration) {
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for node 0's store at %s (%v of the %v rendezvous timeout)\n",
+				c.NodeRank, addr, waited.Round(time.Second), c.RdzvTimeout)
+		})
+		defer stop()
 		var err error
 		cl, err = store.Dial(ctx, addr, j.token)
 		return err
@@ -287,24 +470,133 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 		if cl != nil {
 			cl.Close()
 		}
+		if timedOut(err) {
+			return nil, &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, Missing: []int{0},
+				NprocPerNode: c.NprocPerNode, Store: addr, Reason: "node 0's store never answered"}
+		}
 		var ie *InterruptedError
 		if errors.As(err, &ie) {
+			if ie.Err != nil && ctx.Err() == nil {
+				ie.Err = ctx.Err()
+			}
 			return nil, err
 		}
 		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
 	}
-	nd := newNodes(cl, c.NodeRank, c.Nnodes)
-	err = interruptible(ctx, c.Signals, nd.events, func(ctx context.Context) error {
+	prefix := keyPrefix
+	if j.attempt > 0 {
+		prefix += "attempt" + strconv.Itoa(j.attempt) + "/"
+	}
+	if c.NodeRank < 0 { // torchrun's c10d without --node-rank: join order
+		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
+			v, err := store.Prefix(cl, prefix).Add(ctx, "next_node", 1)
+			if err == nil && v >= int64(c.Nnodes) {
+				err = fmt.Errorf("launch: %w: more nodes joined than Nnodes (--nnodes)=%d", ErrInvalidConfig, c.Nnodes)
+			}
+			if err == nil {
+				c.NodeRank = int(v)
+			}
+			return err
+		})
+		if err != nil {
+			cl.Close()
+			if timedOut(err) {
+				err = &RendezvousTimeoutError{Node: -1, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr, Reason: "no node rank was assigned"}
+			}
+			return nil, err
+		}
+	}
+	nd := newNodes(cl, addr, prefix, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
+	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
+		stopTell := nd.tellWaiting(ctx, c)
+		defer stopTell()
 		return nd.rendezvous(ctx, j)
 	})
 	if err != nil {
+		var ie *InterruptedError
+		switch {
+		case timedOut(err):
+			err = nd.timeoutError(c, addr)
+		case j.attempt > 0 && c.NodeRank != 0 && !errors.Is(err, ErrInvalidConfig) && !errors.As(err, &ie):
+			// Probably node 0's previous store closing: join will retry.
+			close(nd.beatDone)
+			nd.close()
+			return nil, err
+		}
 		if other := nd.publish(abortRecord{Node: c.NodeRank, Reason: err.Error()}); other != nil {
 			err = other
 		}
+		close(nd.beatDone) // never started
 		nd.close()
 		return nil, err
 	}
+	bctx, bcancel := context.WithCancel(context.Background())
+	go nd.heartbeat(bctx)
+	stopWatch := nd.stopWatch
+	nd.stopWatch = func() { bcancel(); stopWatch() }
 	return nd, nil
+}
+
+// Waiting for nodes is reported after waitNotice, then every waitRepeat.
+var waitNotice, waitRepeat = 5 * time.Second, 30 * time.Second
+
+// notice calls say after waitNotice and then every waitRepeat until ctx
+// ends or stop is called, so that a node waiting for others is never
+// silent.
+func notice(ctx context.Context, say func(waited time.Duration)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		t := time.NewTimer(waitNotice)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			say(time.Since(start))
+			t.Reset(waitRepeat)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// tellWaiting prints, while the rendezvous waits, which nodes have not
+// joined yet.
+func (nd *nodes) tellWaiting(ctx context.Context, c *Config) (stop func()) {
+	return notice(ctx, func(waited time.Duration) {
+		var missing []string
+		for r := range nd.n {
+			if v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0); err == nil && v == 0 {
+				missing = append(missing, fmt.Sprintf("node %d (ranks %s)", r, rankRange(r*nd.nproc, nd.nproc)))
+			}
+		}
+		if len(missing) > 0 && ctx.Err() == nil {
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for %s to join (%v of the %v rendezvous timeout)\n",
+				nd.node, strings.Join(missing, ", "), waited.Round(time.Second), c.RdzvTimeout)
+		}
+	})
+}
+
+// timeoutError names the nodes whose join counter is still zero.
+func (nd *nodes) timeoutError(c *Config, addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	e := &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr}
+	for r := range nd.n {
+		v, err := nd.st.Add(ctx, "node/"+strconv.Itoa(r), 0)
+		if err != nil {
+			e.Reason = "the store stopped answering: " + err.Error()
+			break
+		}
+		if v == 0 {
+			e.Missing = append(e.Missing, r)
+		}
+	}
+	return e
 }
 
 // dialable turns a listening address into one this host can dial.

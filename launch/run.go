@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,8 +31,29 @@ type worker struct {
 	cmd             *exec.Cmd
 	out             tail
 	pipes           []*os.File    // read ends of stdout and stderr
+	logs            []*os.File    // log files of --redirects/--tee
 	drained         chan struct{} // closed when both pumps returned
-	exited          bool          // reaped; touched by the event loop only
+	// Touched by the event loop only:
+	exited  bool             // reaped
+	state   *os.ProcessState // its exit
+	exitSeq int              // order of reaping, from 1
+	sent    []os.Signal      // signals the launcher sent it, in order
+	stopped bool             // found stopped (SIGSTOP) when the job failed
+}
+
+// signalledBySelf reports whether a signal the launcher had not sent
+// killed w: a crash, or a kill from outside (kill -9).
+func (w *worker) signalledBySelf() bool {
+	ws, ok := w.state.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return false
+	}
+	for _, s := range w.sent {
+		if s == ws.Signal() {
+			return false
+		}
+	}
+	return true
 }
 
 // exitEvent reports a reaped worker.
@@ -52,6 +75,14 @@ func Run(ctx context.Context, cfg Config) error {
 	return j.run(ctx)
 }
 
+// restartable reports whether --max-restarts applies to err: a worker
+// failure, not an interruption or a setup error.
+// Every node of a job sees the same root cause, so all decide alike.
+func restartable(err error) bool {
+	var we *WorkerError
+	return errors.As(err, &we) && !we.NodeLost
+}
+
 type job struct {
 	cfg       Config
 	world     int
@@ -64,19 +95,87 @@ type job struct {
 	stdout    *lineWriter
 	stderr    *lineWriter
 	workers   []*worker
+	attempt   int    // restart count
+	logRoot   string // LogDir/RdzvID, when logs are written
 }
 
-func (j *job) run(ctx context.Context) (err error) {
+func (j *job) run(ctx context.Context) error {
 	c := &j.cfg
 	if ctx.Err() != nil {
 		return &InterruptedError{Err: ctx.Err()}
 	}
-	if j.token == "" && c.Nnodes == 1 {
+	if j.token == "" && !c.AssignNodeRank {
+		j.token = randomToken()
+		if c.Nnodes > 1 { // normalize let only node 0 through without one
+			j.printToken()
+		}
+	}
+	if err := j.openLogRoot(); err != nil {
+		return err
+	}
+	j.stdout, j.stderr = destinations(c.Stdout, c.Stderr)
+	for {
+		err := j.runAttempt(ctx)
+		if err == nil || j.attempt >= c.MaxRestarts || !restartable(err) || ctx.Err() != nil {
+			return err
+		}
+		j.attempt++
+		fmt.Fprintf(c.Stderr, "detcoll launch: worker group failed (%v); restarting it (restart %d of %d)\n", err, j.attempt, c.MaxRestarts)
+		j.workers = nil
+	}
+}
+
+func (j *job) printToken() {
+	fmt.Fprintf(j.cfg.Stderr, "detcoll launch: node 0: no token was given, so this job's store uses a new one.\n"+
+		"detcoll launch: start the other nodes with %s=%s in their environment (or --token %s).\n", EnvToken, j.token, j.token)
+}
+
+// decideRole makes this node node 0 if it owns MasterAddr and binds the
+// store port first (torchrun's c10d "is host" rule); otherwise its rank is
+// assigned when it joins (NodeRank -1 until then).
+func (j *job) decideRole() error {
+	c := &j.cfg
+	c.NodeRank = -1
+	if !c.hosts.hostable {
+		return nil
+	}
+	generated := j.token == ""
+	if generated {
 		j.token = randomToken()
 	}
-	if c.NodeRank == 0 {
-		if err := j.serve(); err != nil {
+	err := j.serve()
+	switch {
+	case err == nil:
+		c.NodeRank = 0
+		if generated {
+			j.printToken()
+		}
+		return nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		c.hosts = c.clientHosts // another node of this host serves the store
+		if generated {
+			return fmt.Errorf("launch: %w: another node serves the store at %s:%d, so this one needs the job's token: set %s (or --token) to the value it printed",
+				ErrInvalidConfig, c.MasterAddr, c.StorePort, EnvToken)
+		}
+		return nil
+	}
+	return err
+}
+
+// runAttempt runs the worker group once, with a fresh store.
+func (j *job) runAttempt(ctx context.Context) (err error) {
+	c := &j.cfg
+	j.nodes, j.server = nil, nil
+	if c.AssignNodeRank && j.attempt == 0 {
+		if err := j.decideRole(); err != nil {
 			return err
+		}
+	}
+	if c.NodeRank == 0 {
+		if j.server == nil {
+			if err := j.serve(); err != nil {
+				return err
+			}
 		}
 		defer func() {
 			if cerr := j.server.Close(); err == nil && cerr != nil {
@@ -84,8 +183,9 @@ func (j *job) run(ctx context.Context) (err error) {
 			}
 		}()
 	} else {
-		j.storeAddr = net.JoinHostPort(c.MasterAddr, strconv.Itoa(c.MasterPort))
+		j.storeAddr = net.JoinHostPort(c.MasterAddr, strconv.Itoa(c.StorePort))
 		j.torchAddr = c.MasterAddr
+		j.torchPort = c.MasterPort
 	}
 	if c.Nnodes > 1 {
 		n, err := j.join(ctx)
@@ -95,28 +195,26 @@ func (j *job) run(ctx context.Context) (err error) {
 		j.nodes = n
 		defer n.close()
 	}
-	j.stdout, j.stderr = destinations(c.Stdout, c.Stderr)
 	return j.supervise(ctx)
 }
 
-// serve starts node 0's store and picks the torch port.
+// serve starts node 0's store on MasterAddr (the address that the other
+// nodes route to, never every interface) and picks the torch port.
 func (j *job) serve() error {
 	c := &j.cfg
-	loopback := c.Standalone || isLoopback(c.MasterAddr)
-	bindHost := "0.0.0.0"
-	if loopback {
-		bindHost = c.MasterAddr
-	}
-	srv, err := store.Listen(net.JoinHostPort(bindHost, strconv.Itoa(c.MasterPort)), j.token)
+	bind := c.hosts.bindIP.String()
+	srv, err := store.Listen(net.JoinHostPort(bind, strconv.Itoa(c.StorePort)), j.token)
 	if err != nil {
-		return fmt.Errorf("launch: starting the store: %w", err)
+		return fmt.Errorf("launch: starting the store on %s: %w", net.JoinHostPort(bind, strconv.Itoa(c.StorePort)), err)
 	}
 	_, portStr, _ := net.SplitHostPort(srv.Addr())
 	storePort, _ := strconv.Atoi(portStr)
-	torchPort, err := freePort(bindHost, storePort)
-	if err != nil {
-		srv.Close()
-		return fmt.Errorf("launch: picking a port for torch: %w", err)
+	torchPort := c.MasterPort
+	if torchPort == 0 {
+		if torchPort, err = freePort(bind, storePort); err != nil {
+			srv.Close()
+			return fmt.Errorf("launch: picking a port for torch: %w", err)
+		}
 	}
 	j.server = srv
 	j.storeAddr = net.JoinHostPort(c.MasterAddr, portStr)
@@ -184,18 +282,19 @@ func (j *job) supervise(ctx context.Context) error {
 	}
 
 	var (
-		cause      error   // why the job stopped, if it did
-		failed     *worker // the local root cause, if any
-		failState  *os.ProcessState
-		published  chan error // result of publishing a local failure to other nodes
-		stopping   bool
-		killed     bool
-		killTimer  <-chan time.Time
-		running    = res.n
-		ctxDone    = ctx.Done()
-		sigs       = c.Signals
-		remote     <-chan nodeEvent
-		publishRec = func(rec abortRecord) {
+		cause       error      // why the job stopped, if it did
+		failed      *worker    // the first local worker that failed on its own
+		published   chan error // result of publishing a non-worker cause to other nodes
+		stopping    bool
+		killed      bool
+		killTimer   <-chan time.Time
+		running     = res.n
+		reaped      = 0
+		ctxDone     = ctx.Done()
+		sigs        = c.Signals
+		remote      <-chan nodeEvent
+		remoteCause error // another node's published root cause, once seen
+		publishRec  = func(rec abortRecord) {
 			if j.nodes != nil {
 				published = make(chan error, 1)
 				go func() { published <- j.nodes.publish(rec) }()
@@ -208,7 +307,12 @@ func (j *job) supervise(ctx context.Context) error {
 	stop := func(sig os.Signal) {
 		for _, w := range j.workers {
 			if !w.exited {
+				w.sent = append(w.sent, sig)
 				_ = signalGroup(w.cmd.Process, sig)
+				if w.stopped && sig != sigKill && sigCont != nil {
+					// A stopped worker only acts on sig once continued.
+					_ = signalGroup(w.cmd.Process, sigCont)
+				}
 			}
 		}
 		if killTimer == nil && !killed {
@@ -225,18 +329,19 @@ func (j *job) supervise(ctx context.Context) error {
 		select {
 		case ev := <-exits:
 			running--
-			ev.w.exited = true
+			reaped++
+			ev.w.exited, ev.w.state, ev.w.exitSeq = true, ev.state, reaped
 			if !stopping && ev.failed() {
-				failed, failState = ev.w, ev.state
-				stop(sigTerm)
-				if j.nodes != nil {
-					w, st := failed, failState
-					published = make(chan error, 1)
-					go func() {
-						j.awaitDrain(w, time.Now().Add(drainTimeout))
-						published <- j.nodes.publish(abortRecord{Node: c.NodeRank, Worker: j.workerError(w, st)})
-					}()
+				failed = ev.w
+				// Which workers are stopped (SIGSTOP) now, before the
+				// launcher's own signals change anything: the usual
+				// reason the others time out.
+				for _, w := range j.workers {
+					if !w.exited && processStopped(w.cmd.Process.Pid) {
+						w.stopped = true
+					}
 				}
+				stop(sigTerm)
 			}
 		case s, ok := <-sigs:
 			if !ok {
@@ -256,7 +361,10 @@ func (j *job) supervise(ctx context.Context) error {
 				stop(sigTerm)
 			}
 		case ev := <-remote:
-			if !stopping && (ev.lost != nil || ev.rec.Node != c.NodeRank) {
+			if ev.lost == nil && ev.lostNode == nil && ev.rec.Node != c.NodeRank {
+				remoteCause = ev.err() // another node's root cause
+			}
+			if !stopping && (ev.lost != nil || ev.lostNode != nil || ev.rec.Node != c.NodeRank) {
 				cause = ev.err()
 				stop(sigTerm)
 			}
@@ -267,12 +375,32 @@ func (j *job) supervise(ctx context.Context) error {
 	}
 
 	j.drainAll()
-	if failed != nil {
-		cause = j.workerError(failed, failState)
+	if failed != nil && remoteCause == nil && j.nodes != nil {
+		remoteCause = j.nodes.publishedCause()
 	}
-	if published != nil {
+	if failed != nil && remoteCause != nil {
+		cause = remoteCause // another node decided first: every node reports its cause
+	} else if failed != nil {
+		we := j.blame(failed)
+		cause = we
+		if j.nodes != nil {
+			var other error
+			if we.Remote {
+				// The blamed rank's own node saw more (a stop, a
+				// signal): give it the time to stop its workers and
+				// say, unless its heartbeat shows it is gone.
+				other, we.NodeLost = j.nodes.awaitRemote(we.NodeRank, c.GracePeriod+drainTimeout+time.Second)
+			}
+			if other == nil {
+				other = j.nodes.publish(abortRecord{Node: c.NodeRank, Worker: we})
+			}
+			if other != nil {
+				cause = other // another node's root cause: every node reports it
+			}
+		}
+	} else if published != nil {
 		if err := <-published; err != nil {
-			cause = err // another node failed first: report its root cause
+			cause = err
 		}
 	}
 	if j.nodes != nil {
@@ -307,6 +435,14 @@ func (j *job) start(rank, local int) (*worker, error) {
 		outW.Close()
 		return nil, err
 	}
+	logs, err := j.openLogs(local)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
 	cmd := exec.Command(c.Cmd[0], c.Cmd[1:]...)
 	cmd.Env = j.workerEnv(rank, local)
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -317,15 +453,41 @@ func (j *job) start(rank, local int) (*worker, error) {
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		for _, f := range logs {
+			if f != nil {
+				f.Close()
+			}
+		}
 		return nil, err
 	}
 	w := &worker{rank: rank, localRank: local, cmd: cmd, pipes: []*os.File{outR, errR}, drained: make(chan struct{})}
 	prefix := "[rank " + strconv.Itoa(rank) + "] "
+	shown := c.LocalRanksFilter == nil || slices.Contains(c.LocalRanksFilter, local)
+	redirect := c.Redirects.For(local)
+	sinks := func(std Std, console *lineWriter, file *os.File) []sink {
+		var out []sink
+		if shown && redirect&std == 0 {
+			out = append(out, sink{w: console, prefix: prefix})
+		}
+		if file != nil {
+			w.logs = append(w.logs, file)
+			out = append(out, sink{w: &lineWriter{w: file}})
+		}
+		return out
+	}
+	outSinks := sinks(StdOut, j.stdout, logs[0])
+	errSinks := sinks(StdErr, j.stderr, logs[1])
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); pump(outR, j.stdout, prefix, &w.out) }()
-	go func() { defer wg.Done(); pump(errR, j.stderr, prefix, &w.out) }()
-	go func() { wg.Wait(); close(w.drained) }()
+	go func() { defer wg.Done(); pump(outR, outSinks, &w.out) }()
+	go func() { defer wg.Done(); pump(errR, errSinks, &w.out) }()
+	go func() {
+		wg.Wait()
+		for _, f := range w.logs {
+			f.Close()
+		}
+		close(w.drained)
+	}()
 	return w, nil
 }
 
@@ -352,21 +514,25 @@ func (j *job) drainAll() {
 	}
 }
 
-func (j *job) workerError(w *worker, st *os.ProcessState) *WorkerError {
+func (j *job) workerError(w *worker) *WorkerError {
+	st := w.state
 	e := &WorkerError{Rank: w.rank, LocalRank: w.localRank, NodeRank: j.cfg.NodeRank, Pid: w.cmd.Process.Pid, ExitStatus: -1, Tail: w.out.snapshot()}
+	if f, ok := w.out.failure(); ok {
+		e.Detail = f.Err
+	}
 	if st != nil {
 		e.ExitStatus = st.ExitCode()
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
+			e.ByLauncher = !w.signalledBySelf()
 		}
 	}
 	return e
 }
 
-// envStripped are inherited variables that would mislead a worker: torch
-// would look for an agent store that does not exist, and detcoll's store
-// address is given explicitly.
-var envStripped = []string{"TORCHELASTIC_USE_AGENT_STORE", EnvStorePort}
+// envStripped are inherited variables that would mislead a worker:
+// detcoll's store address is given explicitly.
+var envStripped = []string{EnvStorePort}
 
 // workerEnv is cfg.Env with the worker's variables set.
 func (j *job) workerEnv(rank, local int) []string {
@@ -381,9 +547,15 @@ func (j *job) workerEnv(rank, local int) []string {
 		{"GROUP_WORLD_SIZE", itoa(c.Nnodes)},
 		{"ROLE_RANK", itoa(rank)},
 		{"ROLE_WORLD_SIZE", itoa(j.world)},
-		{"ROLE_NAME", "default"},
+		{"ROLE_NAME", c.Role},
 		{"MASTER_ADDR", j.torchAddr},
 		{"MASTER_PORT", itoa(j.torchPort)},
+		{"TORCHELASTIC_RESTART_COUNT", itoa(j.attempt)},
+		{"TORCHELASTIC_MAX_RESTARTS", itoa(c.MaxRestarts)},
+		{"TORCHELASTIC_RUN_ID", c.RdzvID},
+		// No agent store listens on MASTER_PORT: torch's rank 0 must
+		// host its own TCPStore there, as under a plain env:// launch.
+		{"TORCHELASTIC_USE_AGENT_STORE", "False"},
 		{EnvRank, itoa(rank)},
 		{EnvWorldSize, itoa(j.world)},
 		{EnvLocalRank, itoa(local)},
@@ -393,6 +565,12 @@ func (j *job) workerEnv(rank, local int) []string {
 		{EnvStoreAddr, j.storeAddr},
 		{EnvToken, j.token},
 	}
+	if c.hosts.advertise != "" {
+		set = append(set, [2]string{tcpHostEnv, c.hosts.advertise})
+	}
+	if j.logRoot != "" {
+		set = append(set, [2]string{"TORCHELASTIC_ERROR_FILE", filepath.Join(j.attemptDir(local), "error.json")})
+	}
 	drop := make(map[string]bool, len(set)+len(envStripped))
 	for _, kv := range set {
 		drop[kv[0]] = true
@@ -400,21 +578,27 @@ func (j *job) workerEnv(rank, local int) []string {
 	for _, k := range envStripped {
 		drop[k] = true
 	}
-	env := make([]string, 0, len(c.Env)+len(set)+1)
-	hasOMP := false
+	env := make([]string, 0, len(c.Env)+len(set)+3)
+	has := map[string]bool{}
 	for _, kv := range c.Env {
 		k, _, _ := strings.Cut(kv, "=")
 		if drop[k] {
 			continue
 		}
-		hasOMP = hasOMP || k == "OMP_NUM_THREADS"
+		has[k] = true
 		env = append(env, kv)
 	}
 	for _, kv := range set {
 		env = append(env, kv[0]+"="+kv[1])
 	}
-	if !hasOMP && c.NprocPerNode > 1 {
+	// torchrun's defaults, kept when the environment sets them.
+	if !has["OMP_NUM_THREADS"] && c.NprocPerNode > 1 {
 		env = append(env, "OMP_NUM_THREADS=1")
+	}
+	for _, k := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+		if !has[k] {
+			env = append(env, k+"=1")
+		}
 	}
 	return env
 }

@@ -111,7 +111,14 @@ func TestRunWorkerEnv(t *testing.T) {
 				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
 			}
 		}
-		for _, k := range []string{"TORCHELASTIC_USE_AGENT_STORE", "DETCOLL_STORE_PORT"} {
+		for k, v := range map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": "0",
+			"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "DETCOLL_TCP_HOST": "127.0.0.1",
+			"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"} {
+			if vars[k] != v {
+				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
+			}
+		}
+		for _, k := range []string{"DETCOLL_STORE_PORT"} {
 			if v, ok := vars[k]; ok {
 				t.Errorf("rank %d: %s=%q should have been removed", r, k, v)
 			}
@@ -366,12 +373,18 @@ func TestRunConfigErrors(t *testing.T) {
 	}{
 		{"no command", func(c *Config) { c.Cmd = nil }, "no worker command"},
 		{"negative nproc", func(c *Config) { c.NprocPerNode = -1 }, "NprocPerNode"},
-		{"node rank out of range", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.NodeRank = 2 }, "NodeRank=2"},
-		{"standalone multi-node", func(c *Config) { c.Nnodes = 2 }, "Standalone needs Nnodes=1"},
+		{"node rank out of range", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.NodeRank = 2 }, "NodeRank (--node-rank)=2"},
+		{"standalone multi-node", func(c *Config) { c.Nnodes = 2 }, "Standalone (--standalone) needs Nnodes=1"},
 		{"multi-node no addr", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.MasterPort = 5 }, "need MasterAddr"},
 		{"multi-node no port", func(c *Config) { c.Standalone = false; c.Nnodes = 2; c.MasterAddr = "h" }, "need MasterPort"},
-		{"bad port", func(c *Config) { c.MasterPort = 70000 }, "MasterPort=70000"},
+		{"bad port", func(c *Config) { c.MasterPort = 70000 }, "MasterPort (--master-port)=70000"},
 		{"negative grace", func(c *Config) { c.GracePeriod = -1 }, "GracePeriod"},
+		{"node 1 without token", func(c *Config) {
+			c.Standalone = false
+			c.Nnodes, c.NodeRank, c.MasterAddr, c.MasterPort = 2, 1, "127.0.0.1", 5000
+		}, "needs the job's token"},
+		{"master addr not here", func(c *Config) { c.Standalone = false; c.MasterAddr = "192.0.2.1" }, "not an address of this host"},
+		{"store port is torch's", func(c *Config) { c.MasterPort, c.StorePort = 5000, 5000 }, "StorePort (--store-port)=5000 is MasterPort"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base
@@ -390,7 +403,7 @@ func TestRunConfigErrors(t *testing.T) {
 // runNodes runs one Run per node concurrently, as on separate hosts.
 func runNodes(t *testing.T, nnodes, nproc int, mode string, extra ...string) ([]error, []*syncBuffer) {
 	t.Helper()
-	port := freeTestPort(t)
+	port, storePort := freeTestPort(t), freeTestPort(t)
 	errs := make([]error, nnodes)
 	outs := make([]*syncBuffer, nnodes)
 	var wg sync.WaitGroup
@@ -398,7 +411,7 @@ func runNodes(t *testing.T, nnodes, nproc int, mode string, extra ...string) ([]
 		cfg, stdout, _ := testConfig(t, nproc, mode, extra...)
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank = nnodes, node
-		cfg.MasterAddr, cfg.MasterPort = "127.0.0.1", port
+		cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = "127.0.0.1", port, storePort
 		cfg.Token = "shared"
 		cfg.GracePeriod = time.Second
 		outs[node] = stdout
@@ -479,7 +492,7 @@ func TestRunMultiNodeFailure(t *testing.T) {
 
 // Interrupting one node stops the whole job.
 func TestRunMultiNodeInterrupt(t *testing.T) {
-	port := freeTestPort(t)
+	port, freeStore := freeTestPort(t), freeTestPort(t)
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	defer cancel0()
 	var wg sync.WaitGroup
@@ -489,6 +502,7 @@ func TestRunMultiNodeInterrupt(t *testing.T) {
 		cfg, stdout, _ := testConfig(t, 1, "trap")
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort = 2, node, "127.0.0.1", port
+		cfg.StorePort, cfg.Token = freeStore, "shared"
 		outs[node] = stdout
 		ctx := context.Background()
 		if node == 0 {
@@ -527,13 +541,14 @@ func TestRunClosedSignalsChannel(t *testing.T) {
 }
 
 func TestRunMultiNodeConfigMismatch(t *testing.T) {
-	port := freeTestPort(t)
+	port, freeStore := freeTestPort(t), freeTestPort(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for node := range 2 {
 		cfg, _, _ := testConfig(t, 1+node, "hello") // node 1 has a different NprocPerNode
 		cfg.Standalone = false
 		cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort = 2, node, "127.0.0.1", port
+		cfg.StorePort, cfg.Token = freeStore, "shared"
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -547,5 +562,51 @@ func TestRunMultiNodeConfigMismatch(t *testing.T) {
 	var ae *AbortError
 	if !errors.As(errs[0], &ae) || ae.Node != 1 {
 		t.Errorf("node 0: Run = %v, want an AbortError from node 1", errs[0])
+	}
+}
+
+// A node waiting for absent peers says so, then times out naming them.
+func TestRunRendezvousWaitsLoudlyThenTimesOut(t *testing.T) {
+	defer func(n, r time.Duration) { waitNotice, waitRepeat = n, r }(waitNotice, waitRepeat)
+	waitNotice, waitRepeat = 200*time.Millisecond, 300*time.Millisecond
+	cfg, _, _ := testConfig(t, 2, "hello")
+	var stderr syncBuffer
+	cfg.Stderr = &stderr
+	cfg.Standalone = false
+	cfg.Nnodes, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 3, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.RdzvTimeout = time.Second
+	err, took := runWithin(t, context.Background(), cfg, 20*time.Second)
+	var rt *RendezvousTimeoutError
+	if !errors.As(err, &rt) || !errors.Is(err, ErrRendezvousTimeout) || fmt.Sprint(rt.Missing) != "[1 2]" ||
+		!strings.Contains(err.Error(), "node 1 (ranks 2-3), node 2 (ranks 4-5) never joined") {
+		t.Fatalf("Run = %v, want a rendezvous timeout naming nodes 1 and 2", err)
+	}
+	if !strings.Contains(stderr.String(), "detcoll launch: node 0: waiting for node 1 (ranks 2-3), node 2 (ranks 4-5) to join") {
+		t.Errorf("no waiting notice:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "DETCOLL_TOKEN=") {
+		t.Errorf("node 0 did not print its generated token:\n%s", stderr.String())
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+}
+
+// A node whose node 0 never serves says what it waits for.
+func TestRunNodeWaitsForStoreLoudly(t *testing.T) {
+	defer func(n, r time.Duration) { waitNotice, waitRepeat = n, r }(waitNotice, waitRepeat)
+	waitNotice, waitRepeat = 200*time.Millisecond, 300*time.Millisecond
+	cfg, _, _ := testConfig(t, 1, "hello")
+	var stderr syncBuffer
+	cfg.Stderr = &stderr
+	cfg.Standalone = false
+	cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 2, 1, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.Token, cfg.RdzvTimeout = "tok", time.Second
+	err, _ := runWithin(t, context.Background(), cfg, 20*time.Second)
+	if !errors.Is(err, ErrRendezvousTimeout) || !strings.Contains(err.Error(), "node 0's store never answered") {
+		t.Fatalf("Run = %v", err)
+	}
+	if !strings.Contains(stderr.String(), "detcoll launch: node 1: waiting for node 0's store at 127.0.0.1:") {
+		t.Errorf("no waiting notice:\n%s", stderr.String())
 	}
 }

@@ -21,4 +21,7 @@ func signalGroup(p *os.Process, sig os.Signal) error {
 var (
 	sigTerm os.Signal = os.Kill
 	sigKill os.Signal = os.Kill
+	sigCont os.Signal // none
 )
+
+func processStopped(int) bool { return false }

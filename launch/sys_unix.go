@@ -32,4 +32,5 @@ func signalGroup(p *os.Process, sig os.Signal) error {
 var (
 	sigTerm os.Signal = syscall.SIGTERM
 	sigKill os.Signal = syscall.SIGKILL
+	sigCont os.Signal = syscall.SIGCONT
 )

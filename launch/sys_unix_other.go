@@ -5,3 +5,5 @@ package launch
 import "syscall"
 
 func setPdeathsig(*syscall.SysProcAttr) {}
+
+func processStopped(int) bool { return false }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os/exec"
@@ -12,54 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
-
-func TestConfigFromEnv(t *testing.T) {
-	c, err := ConfigFromEnv(getenv(map[string]string{
-		"DETCOLL_NPROC_PER_NODE": "4", "DETCOLL_NNODES": "2", "DETCOLL_NODE_RANK": "1",
-		"DETCOLL_MASTER_ADDR": "node0", "MASTER_ADDR": "ignored", "MASTER_PORT": "29500",
-		"DETCOLL_STANDALONE": "false", "DETCOLL_TOKEN": "tok", "DETCOLL_GRACE_PERIOD": "2.5",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := Config{NprocPerNode: 4, Nnodes: 2, NodeRank: 1, MasterAddr: "node0", MasterPort: 29500, Token: "tok", GracePeriod: 2500 * time.Millisecond}
-	if fmt.Sprint(c) != fmt.Sprint(want) {
-		t.Errorf("ConfigFromEnv =\n %+v, want\n %+v", c, want)
-	}
-	c, err = ConfigFromEnv(getenv(map[string]string{"DETCOLL_MASTER_PORT": "1234", "MASTER_PORT": "1", "MASTER_ADDR": "m", "DETCOLL_STANDALONE": "1", "DETCOLL_GRACE_PERIOD": "1m"}))
-	if err != nil || c.MasterPort != 1234 || c.MasterAddr != "m" || !c.Standalone || c.GracePeriod != time.Minute {
-		t.Errorf("ConfigFromEnv = %+v, %v", c, err)
-	}
-	if c, err := ConfigFromEnv(getenv(nil)); err != nil || fmt.Sprint(c) != fmt.Sprint(Config{}) {
-		t.Errorf("empty env: %+v, %v", c, err)
-	}
-	_, err = ConfigFromEnv(getenv(map[string]string{"DETCOLL_NNODES": "two", "DETCOLL_STANDALONE": "maybe", "DETCOLL_GRACE_PERIOD": "-1s", "MASTER_PORT": "x"}))
-	if !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("err = %v, want ErrInvalidConfig", err)
-	}
-	for _, s := range []string{`DETCOLL_NNODES="two"`, `DETCOLL_STANDALONE="maybe"`, `DETCOLL_GRACE_PERIOD="-1s"`, `MASTER_PORT="x"`} {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not mention %s", err, s)
-		}
-	}
-}
-
-func TestRegisterFlags(t *testing.T) {
-	c, _ := ConfigFromEnv(getenv(map[string]string{"DETCOLL_NPROC_PER_NODE": "4", "DETCOLL_MASTER_PORT": "7"}))
-	fs := flag.NewFlagSet("detcoll", flag.ContinueOnError)
-	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--nproc-per-node=8", "--standalone", "--grace-period=3s", "python", "train.py"}); err != nil {
-		t.Fatal(err)
-	}
-	if c.NprocPerNode != 8 || c.MasterPort != 7 || !c.Standalone || c.GracePeriod != 3*time.Second {
-		t.Errorf("config after flags: %+v", c)
-	}
-	if got := fs.Args(); len(got) != 2 || got[0] != "python" {
-		t.Errorf("args = %q", got)
-	}
-}
 
 func TestExitCode(t *testing.T) {
 	for _, tt := range []struct {
@@ -96,7 +48,7 @@ func TestPump(t *testing.T) {
 	var tl tail
 	r, w := io.Pipe()
 	done := make(chan struct{})
-	go func() { pump(r, dst, "[rank 7] ", &tl); close(done) }()
+	go func() { pump(r, []sink{{w: dst, prefix: "[rank 7] "}}, &tl); close(done) }()
 	for _, s := range []string{"a", "b\nc", "\n", "", "\n\n", strings.Repeat("y", MaxLineLen), "z", "\npartial"} {
 		w.Write([]byte(s))
 	}
@@ -119,7 +71,7 @@ func TestPumpNoInterleaving(t *testing.T) {
 	for i := range 4 {
 		r, w := io.Pipe()
 		wg.Add(2)
-		go func() { defer wg.Done(); pump(r, dst, fmt.Sprintf("[rank %d] ", i), &tail{}) }()
+		go func() { defer wg.Done(); pump(r, []sink{{w: dst, prefix: fmt.Sprintf("[rank %d] ", i)}}, &tail{}) }()
 		go func() {
 			defer wg.Done()
 			line := strings.Repeat(fmt.Sprint(i), 1000) + "\n"

@@ -7,7 +7,12 @@ import "strings"
 // that the flag parser sees one value.
 var listFlags = map[string]bool{"--operations": true, "--size-bytes": true, "--algorithms": true, "--dtypes": true}
 
+// launch's arguments are left alone: its flags end at the worker command,
+// whose own arguments are the command's business.
 func normalizeListFlags(args []string) []string {
+	if len(args) > 0 && args[0] == "launch" {
+		return args
+	}
 	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,31 +29,34 @@ func (e reportError) Error() string { return e.we.Report() }
 func (e reportError) Unwrap() error { return e.we }
 
 func launchCmd() *cobra.Command {
-	cfg, cfgErr := launch.ConfigFromEnv(os.Getenv)
-	cmd := &cobra.Command{
-		Use:   "launch [flags] -- CMD ARGS...",
-		Short: "Start a job's workers with torchrun's conventions (store on node 0, rank-prefixed output)",
+	return &cobra.Command{
+		Use:   "launch [flags] CMD [ARGS...]",
+		Short: "Start a job's workers with torchrun's flags and environment (store on node 0, rank-prefixed output)",
 		Long: `launch starts --nproc-per-node workers on this node with torchrun's
-environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, …) and
-detcoll's (DETCOLL_RANK, DETCOLL_STORE_ADDR, …), node 0 serving detcoll's
-rendezvous store. Every output line is prefixed with its rank; SIGINT and
-SIGTERM are forwarded; on the first worker failure the others are stopped and
-the failing rank is reported with its exit status and last lines. Every flag
-also reads an environment variable (shown in its help).`,
+environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
+TORCHELASTIC_*, …) and detcoll's (DETCOLL_RANK, DETCOLL_STORE_ADDR, …), node 0
+serving detcoll's rendezvous store. It takes torchrun's flags (dashes or
+underscores) and stops parsing at the first argument that is not a flag, as
+torchrun does. Run "detcoll launch --help" for the flags; docs/launcher.md
+maps every torchrun flag and variable.`,
+		// The launcher parses its own flags, torchrun's way: flags end at
+		// the first positional, which begins the worker command.
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cfgErr != nil {
-				return cfgErr
+			cfg, err := launch.ParseArgs(args, os.Getenv)
+			if errors.Is(err, launch.ErrHelp) {
+				launch.PrintUsage(cmd.OutOrStdout())
+				return nil
 			}
-			if len(args) == 0 {
-				return fmt.Errorf("launch: no command (usage: detcoll launch [flags] -- CMD ARGS...)")
+			if err != nil {
+				return exitError{err, 2}
 			}
-			cfg.Cmd = args
 			cfg.Stdout, cfg.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			sig := make(chan os.Signal, 2)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 			defer signal.Stop(sig)
 			cfg.Signals = sig
-			err := launch.Run(context.Background(), cfg)
+			err = launch.Run(context.Background(), cfg)
 			if err != nil {
 				var we *launch.WorkerError
 				if errors.As(err, &we) {
@@ -67,8 +68,4 @@ also reads an environment variable (shown in its help).`,
 			return nil
 		},
 	}
-	gofs := flag.NewFlagSet("launch", flag.ContinueOnError)
-	cfg.RegisterFlags(gofs)
-	cmd.Flags().AddGoFlagSet(gofs)
-	return cmd
 }
