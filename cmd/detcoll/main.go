@@ -18,6 +18,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cmd/detcoll/internal/app"
+	"github.com/detcoll/detcoll/launch"
 )
 
 // version, commit and dirty are stamped at build time by the Makefile
@@ -69,6 +70,9 @@ func main() {
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err != nil {
+		// Under a launcher, a failing rank names the peer its error names,
+		// so the launcher can blame the root cause (docs/launcher.md).
+		launch.ReportFailure(os.Stderr, err)
 		var q interface{ Quiet() bool }
 		if !errors.As(err, &q) || !q.Quiet() {
 			fmt.Fprintln(os.Stderr, "detcoll:", err)
