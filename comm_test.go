@@ -585,8 +585,8 @@ func TestSignatureCacheBounded(t *testing.T) {
 		})
 	}
 	for _, c := range comms {
-		if len(c.sigs) > maxCachedSignatures {
-			t.Fatalf("cache holds %d signatures", len(c.sigs))
+		if n := c.agr.Agreed(); n > maxCachedSignatures {
+			t.Fatalf("cache holds %d signatures", n)
 		}
 		if s := c.Stats(); s.SignatureExchanges != int64(maxCachedSignatures+10) {
 			t.Fatalf("exchanges %d", s.SignatureExchanges)
