@@ -363,7 +363,7 @@ const maxCachedSignatures = agree.DefaultMaxAgreed
 
 func newAgreement() *agree.Agreement {
 	return agree.New(agree.Config{
-		Describe:  func(r *agree.Record) string { return decodeSig(r[:]).String() },
+		Describe:  func(r agree.Record) string { return decodeSig(r[:]).String() },
 		MaxAgreed: maxCachedSignatures,
 	})
 }

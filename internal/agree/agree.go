@@ -93,7 +93,7 @@ const DefaultMaxAgreed = 4096
 type Config struct {
 	// Describe renders a record for error messages ("AllReduce(count=…)").
 	// Nil prints the hash only.
-	Describe func(r *Record) string
+	Describe func(r Record) string
 	// MaxAgreed bounds the agreed records kept (0: DefaultMaxAgreed). When
 	// full, the cache is emptied at once; every rank sees the same records
 	// in the same order, so the caches stay identical across ranks.
@@ -104,8 +104,8 @@ type Config struct {
 type Agreement struct {
 	seq      uint64
 	max      int
-	describe func(r *Record) string
-	hash     func(r *Record) uint64 // Hash; replaced in tests to force collisions
+	describe func(r Record) string
+	hash     func(r Record) uint64 // Hash; replaced in tests to force collisions (by value: a pointer would escape)
 
 	agreed map[Record]uint64 // agreed record → its hash
 	owner  map[uint64]Record // hash → the agreed record that owns it
@@ -123,7 +123,7 @@ func New(cfg Config) *Agreement {
 	if cfg.MaxAgreed <= 0 {
 		cfg.MaxAgreed = DefaultMaxAgreed
 	}
-	return &Agreement{max: cfg.MaxAgreed, describe: cfg.Describe, hash: Hash,
+	return &Agreement{max: cfg.MaxAgreed, describe: cfg.Describe, hash: func(r Record) uint64 { return Hash(&r) },
 		agreed: map[Record]uint64{}, owner: map[uint64]Record{}}
 }
 
@@ -140,7 +140,7 @@ func (a *Agreement) Begin(r *Record) (c Call, needExchange bool) {
 		a.last, a.lastHash, a.haveLast = *r, h, true
 		return Call{a.seq, h}, false
 	}
-	return Call{a.seq, a.hash(r)}, true
+	return Call{a.seq, a.hash(*r)}, true
 }
 
 // Seq is the number of the last call begun (0 before the first).
@@ -219,9 +219,9 @@ func (a *Agreement) Settle(rank int, c Call, r *Record, all []byte) error {
 // Describe renders r with the communicator's describer.
 func (a *Agreement) Describe(r *Record) string {
 	if a.describe == nil {
-		return fmt.Sprintf("a collective with signature hash %#016x", a.hash(r))
+		return fmt.Sprintf("a collective with signature hash %#016x", Hash(r))
 	}
-	return a.describe(r)
+	return a.describe(*r)
 }
 
 // Peer names what a peer was doing when one of its messages carried
