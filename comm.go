@@ -212,8 +212,12 @@ func (c *Comm) argErr(op string, format string, args ...any) error {
 func (c *Comm) fail(op string, err error) error {
 	peer := -1
 	var te *transport.Error
-	if errors.As(err, &te) {
+	var me *agree.MismatchError
+	switch {
+	case errors.As(err, &te):
 		peer = te.Peer
+	case errors.As(err, &me) && len(me.Peers) > 0:
+		peer = me.Peers[0].Rank // the lowest rank whose proposal differs
 	}
 	if c.closed {
 		err = fmt.Errorf("%w: %w", ErrClosed, err)
