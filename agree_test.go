@@ -365,3 +365,53 @@ func TestValidatedCallAllocations(t *testing.T) {
 		t.Fatalf("%.1f allocations per validated call, more than the %d before the agreement work", n, allocsPerValidatedCall)
 	}
 }
+
+// A rooted call with a validated signature (Broadcast) against another call
+// on rank 2: rank 2 fails at once; the root and the other receiver may
+// finish that call (over TCP the root's send does not wait for rank 2's
+// verdict, and rank 1 hears only from the root), but only with the right
+// data, and both fail at their next call that hears from rank 2 — the
+// limit that docs/reliability.md states.
+func TestRootedMismatch(t *testing.T) {
+	for _, tk := range transportKinds {
+		t.Run(tk.name, func(t *testing.T) {
+			comms := tk.new(t, 3, WithTimeout(5*time.Second))
+			ctx := context.Background()
+			payload := []byte("broadcast from the root, 32 bytes")[:32]
+			bufs := make([][]byte, 3)
+			bc := func(c *Comm) error {
+				bufs[c.Rank()] = make([]byte, 32)
+				if c.Rank() == 0 {
+					copy(bufs[0], payload)
+				}
+				return c.Broadcast(ctx, bufs[c.Rank()], 0)
+			}
+			mustEach(t, comms, bc)
+			mustEach(t, comms, func(c *Comm) error { return stepA.run(ctx, c) })
+			errs := each(comms, func(c *Comm) error {
+				if c.Rank() == 2 {
+					return stepA.run(ctx, c)
+				}
+				return bc(c)
+			})
+			if !errors.Is(errs[2], ErrMismatch) {
+				t.Fatalf("rank 2: want ErrMismatch, got %v", errs[2])
+			}
+			for r := 0; r < 2; r++ {
+				switch {
+				case errs[r] == nil && string(bufs[r]) != string(payload):
+					t.Fatalf("rank %d: the broadcast succeeded with wrong data %q", r, bufs[r])
+				case errs[r] != nil && !errors.Is(errs[r], ErrMismatch):
+					t.Fatalf("rank %d: want success or ErrMismatch, got %v", r, errs[r])
+				}
+			}
+			next := each(comms[:2], func(c *Comm) error { return c.Barrier(ctx) })
+			for r, err := range next {
+				if err == nil {
+					t.Fatalf("rank %d: the next all-rank call succeeded after rank 2's mismatch", r)
+				}
+				t.Logf("rank %d: call n: %v; call n+1: %v", r, errs[r], err)
+			}
+		})
+	}
+}

@@ -407,6 +407,9 @@ func (s signature) String() string {
 	if int(s.op) < len(opNames) {
 		name = opNames[s.op]
 	}
+	if s.op == opBarrier || s.op == opSplit {
+		return name + "()"
+	}
 	str := fmt.Sprintf("%s(count=%d", name, s.count)
 	if s.dt != 0 {
 		str += fmt.Sprintf(", dtype=%v", DType(s.dt))
