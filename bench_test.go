@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/store"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/transport/tcp"
@@ -144,5 +145,56 @@ func BenchmarkCollective(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkCallIdentity is the per-call bookkeeping alone: before the
+// agreement work a validated call cost one map look-up of its signature
+// (map[signature]uint32, as main e076ef6 did); now it encodes the record and
+// asks agree.Begin (the last agreed record is compared first, the map only
+// when the signature changed). "repeat" calls one signature, "alternate"
+// two in turn.
+func BenchmarkCallIdentity(b *testing.B) {
+	sigs := []signature{
+		{op: opAllReduce, dt: uint8(FP32), acc: uint8(AccumulateNative), alg: uint8(GatherTree), count: 1024},
+		{op: opAllGather, dt: uint8(BF16), count: 4096},
+	}
+	for _, pattern := range []string{"repeat", "alternate"} {
+		pick := func(i int) signature {
+			if pattern == "repeat" {
+				return sigs[0]
+			}
+			return sigs[i&1]
+		}
+		b.Run("before-map/"+pattern, func(b *testing.B) {
+			m := map[signature]uint32{sigs[0]: 1, sigs[1]: 2}
+			var sink uint32
+			for i := 0; i < b.N; i++ {
+				sink += m[pick(i)]
+			}
+			_ = sink
+		})
+		b.Run("after-agree/"+pattern, func(b *testing.B) {
+			a := newAgreement()
+			for _, s := range sigs {
+				var r agree.Record
+				s.encode(r[:])
+				c, _ := a.Begin(&r)
+				all := make([]byte, agree.ProposalSize)
+				agree.Proposal(all, c, &r)
+				if err := a.Settle(0, c, &r, all); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var sink uint64
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				var r agree.Record
+				pick(i).encode(r[:])
+				c, _ := a.Begin(&r)
+				sink += c.Hash
+			}
+			_ = sink
+		})
 	}
 }

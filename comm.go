@@ -446,18 +446,13 @@ func (c *Comm) agreeOn(ctx context.Context, rec *agree.Record) (agree.Call, erro
 	if !need {
 		return call, nil
 	}
-	all := make([]byte, agree.ProposalSize*c.size)
-	mine := all[c.rank*agree.ProposalSize : (c.rank+1)*agree.ProposalSize]
-	agree.Proposal(mine, call, rec)
 	if c.size > 1 {
 		c.stats.SignatureExchanges++
-		err := c.allGatherBlocks(ctx, transport.Tag{Phase: phaseSig, Seq: call.Seq}, mine,
-			func(p int) []byte { return all[p*agree.ProposalSize : (p+1)*agree.ProposalSize] })
-		if err != nil {
-			return call, err
-		}
 	}
-	return call, c.agr.Settle(c.rank, call, rec, all)
+	return call, c.agr.Compare(c.rank, c.size, call, rec, func(mine, all []byte) error {
+		return c.allGatherBlocks(ctx, transport.Tag{Phase: phaseSig, Seq: call.Seq}, mine,
+			func(p int) []byte { return all[p*agree.ProposalSize : (p+1)*agree.ProposalSize] })
+	})
 }
 
 // mismatch turns a tag mismatch into an ErrMismatch that names this rank's

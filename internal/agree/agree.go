@@ -216,6 +216,24 @@ func (a *Agreement) Settle(rank int, c Call, r *Record, all []byte) error {
 	return nil
 }
 
+// Compare runs the exchange of a call that Begin said needs one and settles
+// it: it writes this rank's proposal, calls allGather (which must deliver
+// every rank's ProposalSize bytes into all, rank p's at
+// all[p*ProposalSize:], and may assume mine is already in place; it is not
+// called when size is 1) and then Settle. An error of allGather is returned
+// as is; the communicator must poison itself on any error.
+func (a *Agreement) Compare(rank, size int, c Call, r *Record, allGather func(mine, all []byte) error) error {
+	all := make([]byte, size*ProposalSize)
+	mine := all[rank*ProposalSize : (rank+1)*ProposalSize]
+	Proposal(mine, c, r)
+	if size > 1 {
+		if err := allGather(mine, all); err != nil {
+			return err
+		}
+	}
+	return a.Settle(rank, c, r, all)
+}
+
 // Describe renders r with the communicator's describer.
 func (a *Agreement) Describe(r *Record) string {
 	if a.describe == nil {

@@ -206,3 +206,29 @@ func TestBeginDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per Begin pair", n)
 	}
 }
+
+func TestCompare(t *testing.T) {
+	a := New(Config{})
+	r := rec("x")
+	c, need := a.Begin(r)
+	if !need {
+		t.Fatal("first sight needs no exchange")
+	}
+	if err := a.Compare(0, 1, c, r, func(_, _ []byte) error { t.Fatal("all-gather called for one rank"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	b := New(Config{})
+	c, _ = b.Begin(r)
+	boom := errors.New("boom")
+	if err := b.Compare(1, 3, c, r, func(mine, all []byte) error {
+		if len(all) != 3*ProposalSize || &mine[0] != &all[ProposalSize] {
+			t.Fatalf("mine is not rank 1's slot of all")
+		}
+		return boom
+	}); err != boom {
+		t.Fatalf("all-gather error not returned as is: %v", err)
+	}
+	if b.Agreed() != 0 {
+		t.Fatal("a failed exchange cached the record")
+	}
+}
