@@ -100,6 +100,7 @@ func TestMismatchedCallsFailEveryRank(t *testing.T) {
 						return nil
 					})
 					elapsed := time.Since(start)
+					t.Logf("every rank failed %v after the calls began", elapsed.Round(time.Millisecond))
 					for r, o := range outs {
 						if !errors.Is(o.err, ErrMismatch) {
 							t.Fatalf("rank %d: want ErrMismatch, got %v (call index %d)", r, o.err, o.at)

@@ -477,10 +477,16 @@ func (c *Comm) mismatch(err error, call agree.Call, rec *agree.Record) error {
 	return c.agr.TagMismatch(c.rank, call, rec, pc, err)
 }
 
-// mismatchGrace is how long a rank that found a mismatch keeps its
-// transport open, so that its peers read the offending message themselves
-// and report the mismatch too, rather than only a closed connection.
-const mismatchGrace = 250 * time.Millisecond
+// mismatchGrace is how long a rank that found a mismatch keeps its other
+// transfers and then its transport open, so that its peers read the
+// offending message themselves and report the mismatch too, rather than
+// only a closed connection. An exchange returns as soon as all its
+// transfers end, which in an all-to-all pattern is at once (every peer
+// reads this rank's message and fails), so the grace only bounds the wait
+// for a straggler or for a peer that never reads from this rank (rooted
+// calls). 250 ms was too short for a straggler on a loaded 2-core machine
+// under -race (a W = 4 inproc peer saw only a closed connection).
+const mismatchGrace = time.Second
 
 // run is the frame of every collective that every rank of the group calls:
 // lock, state checks, argument checks (check, which must not move data),
