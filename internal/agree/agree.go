@@ -22,9 +22,10 @@
 //   - one new, one agreed before: the one exchanges, the other sends data,
 //     and each receives a message of the wrong kind;
 //   - both agreed before: two different records in the cache never share a
-//     hash (Settle refuses to cache a record whose hash an agreed record
-//     already owns, so that record is exchanged on every call), so the
-//     hashes, and hence the messages, differ.
+//     hash, nor a folded 32-bit hash (Fold32) (Settle refuses to cache a
+//     record whose hash an agreed record already owns, so that record is
+//     exchanged on every call), so the hashes, and hence the messages,
+//     differ.
 //
 // A skipped, extra or reordered call is caught at the first call number
 // whose records differ between the ranks; two ranks whose calls differ
@@ -86,6 +87,19 @@ func Hash(r *Record) uint64 {
 	return h
 }
 
+// Fold32 folds a hash to the 32 bits that a channel narrower than the
+// message tag carries (the device's peer-memory flags); it is never 0,
+// the value of a flag nobody wrote. Agreed records are distinct in Fold32
+// too (Settle refuses to cache a record whose folded hash an agreed record
+// owns), so the promise of the package doc holds on such a channel.
+func Fold32(h uint64) uint32 {
+	v := uint32(h) ^ uint32(h>>32)
+	if v == 0 {
+		v = 1
+	}
+	return v
+}
+
 // DefaultMaxAgreed is the default bound on agreed records.
 const DefaultMaxAgreed = 4096
 
@@ -107,8 +121,9 @@ type Agreement struct {
 	describe func(r Record) string
 	hash     func(r Record) uint64 // Hash; replaced in tests to force collisions (by value: a pointer would escape)
 
-	agreed map[Record]uint64 // agreed record → its hash
-	owner  map[uint64]Record // hash → the agreed record that owns it
+	agreed  map[Record]uint64 // agreed record → its hash
+	owner   map[uint64]Record // hash → the agreed record that owns it
+	owner32 map[uint32]Record // Fold32(hash) → the agreed record that owns it
 
 	last     Record // the last agreed record, to skip the map on repeats
 	lastHash uint64
@@ -124,7 +139,7 @@ func New(cfg Config) *Agreement {
 		cfg.MaxAgreed = DefaultMaxAgreed
 	}
 	return &Agreement{max: cfg.MaxAgreed, describe: cfg.Describe, hash: func(r Record) uint64 { return Hash(&r) },
-		agreed: map[Record]uint64{}, owner: map[uint64]Record{}}
+		agreed: map[Record]uint64{}, owner: map[uint64]Record{}, owner32: map[uint32]Record{}}
 }
 
 // Begin numbers the next call and reports whether its record must be
@@ -150,7 +165,7 @@ func (a *Agreement) Seq() uint64 { return a.seq }
 func (a *Agreement) Exchanges() int64 { return a.exchanges }
 
 // Collisions counts agreed records left uncached because another agreed
-// record owned their hash (each is exchanged on every call).
+// record owned their hash or folded hash (each is exchanged on every call).
 func (a *Agreement) Collisions() int64 { return a.collisions }
 
 // Agreed is the number of agreed records cached now.
@@ -204,14 +219,18 @@ func (a *Agreement) Settle(rank int, c Call, r *Record, all []byte) error {
 	if len(a.agreed) >= a.max {
 		clear(a.agreed)
 		clear(a.owner)
+		clear(a.owner32)
 		a.haveLast = false
 	}
-	if o, taken := a.owner[c.Hash]; taken && o != *r {
+	o, taken := a.owner[c.Hash]
+	o32, taken32 := a.owner32[Fold32(c.Hash)]
+	if taken && o != *r || taken32 && o32 != *r {
 		a.collisions++
 		return nil
 	}
 	a.agreed[*r] = c.Hash
 	a.owner[c.Hash] = *r
+	a.owner32[Fold32(c.Hash)] = *r
 	a.last, a.lastHash, a.haveLast = *r, c.Hash, true
 	return nil
 }

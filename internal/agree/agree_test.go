@@ -232,3 +232,36 @@ func TestCompare(t *testing.T) {
 		t.Fatal("a failed exchange cached the record")
 	}
 }
+
+// A collision of the folded 32-bit hash alone also keeps the record out of
+// the cache, so a 32-bit channel (the device flags) cannot confuse them.
+func TestFoldedCollisionIsNeverCached(t *testing.T) {
+	as := group(2, Config{})
+	// x folds to 1 (0 is mapped to 1), y folds to 1 too, full hashes differ.
+	hashes := map[string]uint64{"x": 0x0000000100000001, "y": 0}
+	for _, a := range as {
+		a.hash = func(r Record) uint64 { return hashes[describe(r)] }
+	}
+	if Fold32(hashes["x"]) != Fold32(hashes["y"]) || hashes["x"] == hashes["y"] {
+		t.Fatal("bad test hashes")
+	}
+	settleAll(as, same(2, rec("x")))
+	settleAll(as, same(2, rec("y")))
+	if _, need := as[0].Begin(rec("y")); !need || as[0].Collisions() != 1 {
+		t.Fatalf("need=%v collisions=%d", need, as[0].Collisions())
+	}
+	if _, need := as[0].Begin(rec("x")); need {
+		t.Fatal("x lost its cache entry")
+	}
+}
+
+func TestFold32NeverZero(t *testing.T) {
+	for _, h := range []uint64{0, 0xFFFFFFFFFFFFFFFF, 0x1234567812345678} {
+		if Fold32(h) == 0 {
+			t.Fatalf("Fold32(%#x) = 0", h)
+		}
+	}
+	if Fold32(0x00000000DEADBEEF) != 0xDEADBEEF {
+		t.Fatal("Fold32 is not the xor of the halves")
+	}
+}
