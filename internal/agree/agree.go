@@ -22,10 +22,9 @@
 //   - one new, one agreed before: the one exchanges, the other sends data,
 //     and each receives a message of the wrong kind;
 //   - both agreed before: two different records in the cache never share a
-//     hash, nor a folded 32-bit hash (Fold32) (Settle refuses to cache a
-//     record whose hash an agreed record already owns, so that record is
-//     exchanged on every call), so the hashes, and hence the messages,
-//     differ.
+//     hash, nor its 32-bit fold (Fold32): Settle does not cache a record
+//     whose hash or fold an agreed record already owns, so such a record is
+//     exchanged on every call. The hashes, and so the messages, differ.
 //
 // A skipped, extra or reordered call is caught at the first call number
 // whose records differ between the ranks; two ranks whose calls differ
@@ -44,6 +43,23 @@
 //   - Put the Call in every message of the call (or, where messages carry no
 //     tag, compare it wherever the peers meet).
 //   - A sub-communicator (Split) has its own Agreement, from sequence 1.
+//
+// # Use
+//
+//	a := agree.New(agree.Config{Describe: func(r agree.Record) string { return decode(r).String() }})
+//	// per call, after the local argument checks:
+//	var rec agree.Record
+//	sig.encode(rec[:])
+//	call, need := a.Begin(&rec)
+//	if need {
+//		err := a.Compare(rank, size, call, &rec, func(mine, all []byte) error {
+//			return allGather(ctx, mine, all) // any channel that reaches every rank
+//		})
+//		// err != nil: poison (an *agree.MismatchError names the ranks)
+//	}
+//	// every message of the call carries call (Seq, Hash); a receiver that
+//	// sees another one builds its error with a.TagMismatch(rank, call, &rec,
+//	// a.Peer(peer, theirCall, theyWereExchanging), cause)
 //
 // An Agreement is not safe for concurrent use; the communicator's lock
 // guards it.
