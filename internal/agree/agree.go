@@ -37,9 +37,10 @@
 //     communicator: after argument checks that can fail locally (those
 //     leave the sequence alone and the communicator usable), never before.
 //   - When Begin says needExchange, exchange Proposal bytes with every rank
-//     (this rank's own included, in rank order) and call Settle; any error
-//     there, and any failure of the call afterwards, must poison the
-//     communicator, because the ranks' sequences may no longer agree.
+//     (this rank's own included, in rank order) and call Settle (Compare
+//     does both, given an all-gather); any error there, and any failure of
+//     the call afterwards, must poison the communicator, because the ranks'
+//     sequences may no longer agree.
 //   - Put the Call in every message of the call (or, where messages carry no
 //     tag, compare it wherever the peers meet).
 //   - A sub-communicator (Split) has its own Agreement, from sequence 1.
