@@ -7,7 +7,8 @@ set -u
 BEFORE=${BEFORE:-/tmp/bench-before.test} AFTER=${AFTER:-/tmp/bench-after.test}
 OUT=${OUT:-/tmp/agreement-cpu}; mkdir -p "$OUT"; : > "$OUT/res.txt"
 for i in $(seq "${ROUNDS:-7}"); do
-  for c in "inproc/Barrier 20000" "inproc/AllReduce-gather_tree-4096B 20000" "tcp/Barrier 6000" "tcp/AllReduce-gather_tree-4096B 6000"; do
+  for c in "inproc/Barrier 20000" "inproc/AllReduce-gather_tree-4096B 20000" "tcp/Barrier 6000" "tcp/AllReduce-gather_tree-4096B 6000" \
+    "inproc/AllReduce-gather_tree-1048576B 400" "tcp/AllReduce-gather_tree-1048576B 150"; do
     set -- $c
     for v in before after; do
       bin=$BEFORE; [ $v = after ] && bin=$AFTER
