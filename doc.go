@@ -46,7 +46,9 @@
 // peer's, and their call numbers. Calls that differ only in their data
 // cannot be told apart. A call refused by its argument checks (see Errors)
 // is not numbered. Sub-communicators from Split number their own calls.
-// The promise in full: docs/reliability.md, "Mismatched collectives".
+// The promise in full, with its one limit (a rooted Broadcast or Scatter
+// whose sender learns of a receiver's mismatch only at its next call):
+// docs/reliability.md, "Mismatched collectives".
 //
 // Thread safety: a Comm is safe for concurrent use, but its collectives run
 // one at a time and are matched by order, so issue them from one goroutine.
