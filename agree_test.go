@@ -19,7 +19,7 @@ import (
 // reordered call, and two collectives whose old 24-bit tag hashes collide,
 // are ErrMismatch on every rank, at the first call where the ranks differ,
 // within a bound; W = 2, 3, 4 over inproc and TCP. A fifth case has rank 1
-// compare a new signature while the others send a validated one's 7 MiB.
+// compare a new signature while the others send a validated one's 1 MiB.
 
 // step is one collective call of a rank's program.
 type step struct {
@@ -40,6 +40,7 @@ var (
 	// The real collision of the 24-bit tag hash (issue 14 item 2).
 	stepX = arStep(FP32, 1843427)
 	stepY = arStep(BF16, 3686854)
+	stepM = arStep(FP32, 1<<18) // 1 MiB
 )
 
 type mismatchCase struct {
@@ -54,8 +55,9 @@ var mismatchCases = []mismatchCase{
 	{"extra", []step{stepA, stepB}, []step{stepA, stepB}, []step{stepA, stepA, stepB}, 1},
 	{"reorder", []step{stepA, stepB}, []step{stepA, stepB}, []step{stepB, stepA}, 0},
 	{"collision", []step{stepX, stepY}, []step{stepX}, []step{stepY}, 0},
-	// rank 1 compares a new signature while the others send 7 MiB of data
-	{"new-vs-validated", []step{stepX}, []step{stepX}, []step{stepY}, 0},
+	// rank 1 compares a new signature while the others send 1 MiB of data
+	// (more than a socket buffer holds, so the TCP senders block)
+	{"new-vs-validated", []step{stepM}, []step{stepM}, []step{stepB}, 0},
 }
 
 type transportKind struct {
@@ -151,6 +153,8 @@ func sigName(t *testing.T, step string) string {
 		return "AllReduce(count=1843427, dtype=fp32"
 	case stepY.name:
 		return "AllReduce(count=3686854, dtype=bf16"
+	case stepM.name:
+		return "AllReduce(count=262144, dtype=fp32"
 	}
 	t.Fatalf("no name for %s", step)
 	return ""
