@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/tree"
 )
@@ -62,15 +63,15 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts 
 		}
 		count = len(send) / dt.Size()
 		return signature{op: opAllReduce, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(count)}, nil
-	}, func(ctx context.Context, th uint32) error {
+	}, func(ctx context.Context, call agree.Call) error {
 		if alg == GatherTree {
-			return c.allReduceGather(ctx, th, send, recv, dt, acc)
+			return c.allReduceGather(ctx, call, send, recv, dt, acc)
 		}
-		return c.allReduceA2A(ctx, th, send, recv, dt, acc, count)
+		return c.allReduceA2A(ctx, call, send, recv, dt, acc, count)
 	})
 }
 
-func (c *Comm) allReduceGather(ctx context.Context, th uint32, send, recv []byte, dt DType, acc Accumulate) error {
+func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
 	n := len(send)
 	w := c.size
 	ws := c.workspace((w - 1) * n)
@@ -84,13 +85,13 @@ func (c *Comm) allReduceGather(ctx context.Context, th uint32, send, recv []byte
 		}
 	}
 	inputs[c.rank] = send
-	if err := c.allGatherBlocks(ctx, tag(phaseGather, th), send, func(p int) []byte { return inputs[p] }); err != nil {
+	if err := c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return inputs[p] }); err != nil {
 		return err
 	}
 	return c.reducer.Reduce(dt, acc, inputs, recv)
 }
 
-func (c *Comm) allReduceA2A(ctx context.Context, th uint32, send, recv []byte, dt DType, acc Accumulate, count int) error {
+func (c *Comm) allReduceA2A(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate, count int) error {
 	w, sz := c.size, dt.Size()
 	shard := func(r int) (int, int) {
 		off, n := tree.Shard(count, w, r)
@@ -110,7 +111,7 @@ func (c *Comm) allReduceA2A(ctx context.Context, th uint32, send, recv []byte, d
 	}
 	inputs[c.rank] = send[mlo:mhi]
 	// Phase 1: shard p of my input goes to rank p; shard mine of every peer comes here.
-	err := c.exchange(ctx, tag(phaseA2A, th),
+	err := c.exchange(ctx, tag(phaseA2A, call),
 		func(p int) ([]byte, bool) { lo, hi := shard(p); return send[lo:hi], true },
 		func(p int) ([]byte, bool) { return inputs[p], true })
 	if err != nil {
@@ -120,7 +121,7 @@ func (c *Comm) allReduceA2A(ctx context.Context, th uint32, send, recv []byte, d
 		return err
 	}
 	// Phase 2: all-gather the reduced shards straight into recv.
-	return c.allGatherBlocks(ctx, tag(phaseShards, th), recv[mlo:mhi], func(p int) []byte {
+	return c.allGatherBlocks(ctx, tag(phaseShards, call), recv[mlo:mhi], func(p int) []byte {
 		lo, hi := shard(p)
 		return recv[lo:hi]
 	})
@@ -143,10 +144,10 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 			return signature{}, c.argErr(op, "send overlaps recv but is not this rank's block (in place needs send == recv[rank*n:(rank+1)*n])")
 		}
 		return signature{op: opAllGather, dt: uint8(dt), count: uint64(n / dt.Size())}, nil
-	}, func(ctx context.Context, th uint32) error {
+	}, func(ctx context.Context, call agree.Call) error {
 		n := len(send)
 		copy(recv[c.rank*n:], send) // a no-op copy when in place
-		return c.allGatherBlocks(ctx, tag(phaseGather, th), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
+		return c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
 	})
 }
 
@@ -167,8 +168,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 			return signature{}, err
 		}
 		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
-	}, func(ctx context.Context, th uint32) error {
-		return c.reduceScatter(ctx, th, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
+	}, func(ctx context.Context, call agree.Call) error {
+		return c.reduceScatter(ctx, call, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
 	})
 }
 
@@ -187,7 +188,7 @@ func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
 }
 
 // reduceScatter runs every lane's reduce-scatter under one synchronisation.
-func (c *Comm) reduceScatter(ctx context.Context, th uint32, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
+func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
 	w := c.size
 	total := 0
 	for _, r := range recvs {
@@ -215,7 +216,7 @@ func (c *Comm) reduceScatter(ctx context.Context, th uint32, sends, recvs [][]by
 				peers[p] = lanesOf(p)
 			}
 		}
-		err := c.exchangeLanes(ctx, tag(phaseGather, th),
+		err := c.exchangeLanes(ctx, tag(phaseGather, call),
 			func(p, l int) []byte { return sends[l] },
 			func(p, l int) []byte { return peers[p][l] }, len(sends))
 		if err != nil {
@@ -253,7 +254,7 @@ func (c *Comm) reduceScatter(ctx context.Context, th uint32, sends, recvs [][]by
 		base := slot(p)*total + laneOff[l]
 		return ws[base : base+len(recvs[l])]
 	}
-	err := c.exchangeLanes(ctx, tag(phaseA2A, th),
+	err := c.exchangeLanes(ctx, tag(phaseA2A, call),
 		func(p, l int) []byte { n := len(recvs[l]); return sends[l][p*n : (p+1)*n] },
 		in, len(sends))
 	if err != nil {
@@ -355,11 +356,11 @@ func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs [][]byte, dt DTyp
 			}
 		}
 		return signature{op: opAllGatherMany, dt: uint8(dt), lanes: uint32(len(sends)), count: uint64(sum(counts)), laneHash: laneHash(counts)}, nil
-	}, func(ctx context.Context, th uint32) error {
+	}, func(ctx context.Context, call agree.Call) error {
 		for l, s := range sends {
 			copy(recvs[l][c.rank*len(s):], s)
 		}
-		return c.exchangeLanes(ctx, tag(phaseGather, th),
+		return c.exchangeLanes(ctx, tag(phaseGather, call),
 			func(p, l int) []byte { return sends[l] },
 			func(p, l int) []byte { n := len(sends[l]); return recvs[l][p*n : (p+1)*n] }, len(sends))
 	})
@@ -396,8 +397,8 @@ func (c *Comm) ReduceScatterMany(ctx context.Context, sends, recvs [][]byte, dt 
 			return signature{}, err
 		}
 		return signature{op: opReduceScatterMany, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), lanes: uint32(len(sends)), count: uint64(sum(counts)), laneHash: laneHash(counts)}, nil
-	}, func(ctx context.Context, th uint32) error {
-		return c.reduceScatter(ctx, th, sends, recvs, dt, acc, alg)
+	}, func(ctx context.Context, call agree.Call) error {
+		return c.reduceScatter(ctx, call, sends, recvs, dt, acc, alg)
 	})
 }
 
@@ -434,8 +435,8 @@ func (c *Comm) Broadcast(ctx context.Context, buf []byte, root int) error {
 			return signature{}, c.argErr(op, "root %d out of range [0,%d)", root, c.size)
 		}
 		return signature{op: opBroadcast, root: int32(root), count: uint64(len(buf))}, nil
-	}, func(ctx context.Context, th uint32) error {
-		tg := tag(phaseBcast, th)
+	}, func(ctx context.Context, call agree.Call) error {
+		tg := tag(phaseBcast, call)
 		if c.rank == root {
 			return c.exchange(ctx, tg, func(int) ([]byte, bool) { return buf, true }, func(int) ([]byte, bool) { return nil, false })
 		}
@@ -463,8 +464,8 @@ func (c *Comm) Scatter(ctx context.Context, send, recv []byte, root int) error {
 			}
 		}
 		return signature{op: opScatter, root: int32(root), count: uint64(n)}, nil
-	}, func(ctx context.Context, th uint32) error {
-		tg := tag(phaseScatter, th)
+	}, func(ctx context.Context, call agree.Call) error {
+		tg := tag(phaseScatter, call)
 		if c.rank == root {
 			copy(recv, send[root*n:(root+1)*n])
 			return c.exchange(ctx, tg, func(p int) ([]byte, bool) { return send[p*n : (p+1)*n], true }, func(int) ([]byte, bool) { return nil, false })
@@ -478,8 +479,8 @@ func (c *Comm) Scatter(ctx context.Context, send, recv []byte, root int) error {
 func (c *Comm) Barrier(ctx context.Context) error {
 	return c.run(ctx, "Barrier", func() (signature, error) {
 		return signature{op: opBarrier}, nil
-	}, func(ctx context.Context, th uint32) error {
-		return c.allGatherBlocks(ctx, tag(phaseBarrier, th), nil, func(int) []byte { return nil })
+	}, func(ctx context.Context, call agree.Call) error {
+		return c.allGatherBlocks(ctx, tag(phaseBarrier, call), nil, func(int) []byte { return nil })
 	})
 }
 
@@ -502,12 +503,12 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 			return signature{}, &Error{Op: op, Rank: c.rank, Peer: -1, Err: fmt.Errorf("%w: %T cannot split", ErrUnsupported, c.t)}
 		}
 		return signature{op: opSplit}, nil
-	}, func(ctx context.Context, th uint32) error {
+	}, func(ctx context.Context, call agree.Call) error {
 		all := make([]byte, 16*c.size)
 		binary.LittleEndian.PutUint64(all[16*c.rank:], uint64(int64(color)))
 		binary.LittleEndian.PutUint64(all[16*c.rank+8:], uint64(int64(key)))
 		mine := all[16*c.rank : 16*c.rank+16]
-		if err := c.allGatherBlocks(ctx, tag(phaseSplit, th), mine, func(p int) []byte { return all[16*p : 16*p+16] }); err != nil {
+		if err := c.allGatherBlocks(ctx, tag(phaseSplit, call), mine, func(p int) []byte { return all[16*p : 16*p+16] }); err != nil {
 			return err
 		}
 		c.splits++
@@ -544,7 +545,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		}
 		cfg := c.cfg
 		cfg.reducer = c.reducer
-		sub = &Comm{t: st, rank: st.Rank(), size: st.Size(), id: id, cfg: cfg, reducer: c.reducer, sigs: map[signature]uint32{}}
+		sub = &Comm{t: st, rank: st.Rank(), size: st.Size(), id: id, cfg: cfg, reducer: c.reducer, agr: newAgreement()}
 		c.children = append(c.children, sub)
 		return nil
 	})

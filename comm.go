@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/reduce"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/transport/inproc"
@@ -29,7 +30,7 @@ type Comm struct {
 	closed   bool
 	poison   error
 	ws       []byte
-	sigs     map[signature]uint32 // validated signature → tag hash
+	agr      *agree.Agreement // call numbers and agreed signatures
 	splits   uint64
 	stats    Stats
 	children []*Comm
@@ -88,7 +89,7 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 	if t == nil {
 		return nil, fmt.Errorf("detcoll: New: %w: nil transport", ErrInvalidArgument)
 	}
-	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), sigs: map[signature]uint32{}}
+	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), agr: newAgreement()}
 	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative}
 	for _, o := range opts {
 		o(&c.cfg)
@@ -211,8 +212,12 @@ func (c *Comm) argErr(op string, format string, args ...any) error {
 func (c *Comm) fail(op string, err error) error {
 	peer := -1
 	var te *transport.Error
-	if errors.As(err, &te) {
+	var me *agree.MismatchError
+	switch {
+	case errors.As(err, &te):
 		peer = te.Peer
+	case errors.As(err, &me) && len(me.Peers) > 0:
+		peer = me.Peers[0].Rank // the lowest rank whose proposal differs
 	}
 	if c.closed {
 		err = fmt.Errorf("%w: %w", ErrClosed, err)
@@ -256,8 +261,11 @@ func (c *Comm) resolve(opts []Option, bytes int) (Algorithm, Accumulate) {
 	return cc.alg.Transport(), cc.acc
 }
 
-// Tag phases: the high byte of every message tag, so a rank that is in a
-// different phase or collective than its peer sees ErrTagMismatch.
+// Tag phases: the step of a collective a message belongs to. With the call
+// number and the signature hash (agree.Call) they make the message tag, so a
+// rank that is in another step, call or collective than its peer sees
+// ErrTagMismatch. New collectives add their own phases (any value not used
+// here; phaseSig must stay 1, the fault tests recognise it).
 const (
 	phaseSig uint32 = iota + 1
 	phaseGather
@@ -269,7 +277,11 @@ const (
 	phaseSplit
 )
 
-func tag(phase, h uint32) transport.Tag { return transport.Tag{Phase: phase, Sig: uint64(h)} }
+// tag is the tag of every message of call in the given phase. Every
+// collective builds its tags here and only here.
+func tag(phase uint32, call agree.Call) transport.Tag {
+	return transport.Tag{Phase: phase, Seq: call.Seq, Sig: call.Hash}
+}
 
 // exchange runs, concurrently for every peer p, Send(sendBuf(p)) and
 // Recv(recvBuf(p)), skipping either when its ok result is false. The first
@@ -349,19 +361,24 @@ type signature struct {
 	laneHash uint64 // hash of every lane's count, for the Many variants
 }
 
-const sigBytes = 32
-
-// maxCachedSignatures bounds the validated-signature cache (workloads with
+// maxCachedSignatures bounds the agreed-signature cache (workloads with
 // ever-changing sizes would otherwise grow it without limit).
-const maxCachedSignatures = 4096
+const maxCachedSignatures = agree.DefaultMaxAgreed
 
+func newAgreement() *agree.Agreement {
+	return agree.New(agree.Config{
+		Describe:  func(r agree.Record) string { return decodeSig(r[:]).String() },
+		MaxAgreed: maxCachedSignatures,
+	})
+}
+
+// encode writes s into the first 28 bytes of a signature record.
 func (s signature) encode(b []byte) {
 	b[0], b[1], b[2], b[3] = s.op, s.dt, s.acc, s.alg
 	binary.LittleEndian.PutUint32(b[4:], uint32(s.root))
 	binary.LittleEndian.PutUint32(b[8:], s.lanes)
 	binary.LittleEndian.PutUint64(b[12:], s.count)
 	binary.LittleEndian.PutUint64(b[20:], s.laneHash)
-	binary.LittleEndian.PutUint32(b[28:], 0x5EED)
 }
 
 func decodeSig(b []byte) signature {
@@ -390,6 +407,9 @@ func (s signature) String() string {
 	if int(s.op) < len(opNames) {
 		name = opNames[s.op]
 	}
+	if s.op == opBarrier || s.op == opSplit {
+		return name + "()"
+	}
 	str := fmt.Sprintf("%s(count=%d", name, s.count)
 	if s.dt != 0 {
 		str += fmt.Sprintf(", dtype=%v", DType(s.dt))
@@ -417,88 +437,74 @@ func laneHash(counts []int) uint64 {
 	return h.Sum64()
 }
 
-// validate compares s across ranks the first time this Comm sees it and
-// returns the tag hash that the collective's messages carry.
-func (c *Comm) validate(ctx context.Context, s signature) (uint32, error) {
-	if h, ok := c.sigs[s]; ok {
-		return h, nil
+// agreeOn numbers this call and, the first time this Comm sees rec,
+// compares it across ranks (one proposal from every rank, tagged with the
+// call number). It returns the call's identity, which every message of the
+// call carries in its tag.
+func (c *Comm) agreeOn(ctx context.Context, rec *agree.Record) (agree.Call, error) {
+	call, need := c.agr.Begin(rec)
+	if !need {
+		return call, nil
 	}
-	var mine [sigBytes]byte
-	s.encode(mine[:])
-	h := fnv.New32a()
-	h.Write(mine[:])
-	th := h.Sum32()
 	if c.size > 1 {
-		all := make([]byte, sigBytes*c.size)
-		copy(all[c.rank*sigBytes:], mine[:])
 		c.stats.SignatureExchanges++
-		err := c.allGatherBlocks(ctx, tag(phaseSig, 0), mine[:], func(p int) []byte { return all[p*sigBytes : (p+1)*sigBytes] })
-		if err != nil {
-			if errors.Is(err, transport.ErrTagMismatch) {
-				err = c.mismatch(err, s)
-			}
-			return 0, err
-		}
-		var diff []string
-		for p := 0; p < c.size; p++ {
-			if ps := decodeSig(all[p*sigBytes:]); ps != s {
-				diff = append(diff, fmt.Sprintf("rank %d called %v", p, ps))
-			}
-		}
-		if diff != nil {
-			return 0, fmt.Errorf("%w: rank %d called %v; %v", ErrMismatch, c.rank, s, diff)
-		}
 	}
-	if len(c.sigs) >= maxCachedSignatures {
-		// Every rank validates the same sequence of signatures, so clearing
-		// at the same count keeps the caches identical across ranks.
-		clear(c.sigs)
-	}
-	c.sigs[s] = th
-	return th, nil
+	return call, c.agr.Compare(c.rank, c.size, call, rec, func(mine, all []byte) error {
+		return c.allGatherBlocks(ctx, transport.Tag{Phase: phaseSig, Seq: call.Seq}, mine,
+			func(p int) []byte { return all[p*agree.ProposalSize : (p+1)*agree.ProposalSize] })
+	})
 }
 
-// mismatch turns a tag mismatch into an ErrMismatch that names what this
-// rank called and, as far as the tag tells, what the peer called: a new
-// collective it is validating, or one both have validated before (found by
-// its signature hash in this rank's cache).
-func (c *Comm) mismatch(err error, s signature) error {
+// mismatch turns a tag mismatch into an ErrMismatch that names this rank's
+// call and, as far as the peer's tag tells, the peer's: its call number and
+// either a new collective it is comparing or one both have agreed on before
+// (found by its full signature hash in this rank's cache).
+func (c *Comm) mismatch(err error, call agree.Call, rec *agree.Record) error {
+	var te *transport.TagError
+	if !errors.As(err, &te) {
+		return err
+	}
 	peer := -1
+	peerTag := te.Got // the receiver's view: the peer's message carried Got
 	var tr *transport.Error
 	if errors.As(err, &tr) {
 		peer = tr.Peer
-	}
-	what := "another collective"
-	var te *transport.TagError
-	if errors.As(err, &te) {
-		peerTag := te.Got // the receiver's view: the peer's message carried Got
-		if tr != nil && tr.Op == "send" {
+		if tr.Op == "send" {
 			peerTag = te.Want // the peer received our message and wanted Want
 		}
-		switch {
-		case peerTag.Phase == phaseSig:
-			what = "a collective it had not called before (its signature is being validated)"
-		default:
-			for ps, h := range c.sigs {
-				if uint64(h) == peerTag.Sig {
-					what = ps.String()
-					break
-				}
-			}
-		}
 	}
-	return fmt.Errorf("%w: rank %d called %v but rank %d called %s: %w", ErrMismatch, c.rank, s, peer, what, err)
+	pc := c.agr.Peer(peer, agree.Call{Seq: peerTag.Seq, Hash: peerTag.Sig}, peerTag.Phase == phaseSig)
+	return c.agr.TagMismatch(c.rank, call, rec, pc, err)
 }
 
-// mismatchGrace is how long a rank that found a mismatch keeps its
-// transport open, so that its peers read the offending message themselves
-// and report the mismatch too, rather than only a closed connection.
-const mismatchGrace = 250 * time.Millisecond
+// mismatchGrace is how long a rank that found a mismatch keeps its other
+// transfers and then its transport open, so that its peers read the
+// offending message themselves and report the mismatch too, rather than
+// only a closed connection. An exchange returns as soon as all its
+// transfers end, which in an all-to-all pattern is at once (every peer
+// reads this rank's message and fails), so the grace only bounds the wait
+// for a straggler or for a peer that never reads from this rank (rooted
+// calls). 250 ms was too short for a straggler on a loaded 2-core machine
+// under -race (a W = 4 inproc peer saw only a closed connection).
+const mismatchGrace = time.Second
 
-// run is the frame of every collective: lock, state checks, argument checks
-// (check, which must not move data), signature validation, the data phase,
-// and poisoning on failure.
-func (c *Comm) run(ctx context.Context, op string, check func() (signature, error), body func(ctx context.Context, th uint32) error) error {
+// run is the frame of every collective that every rank of the group calls:
+// lock, state checks, argument checks (check, which must not move data),
+// agreement (call number, signature comparison on first sight), the data
+// phase, and poisoning on failure.
+//
+// A new collective calls
+//
+//	c.run(ctx, op, func() (signature, error) { …checks…; return signature{op: opX, …}, nil },
+//		func(ctx context.Context, call agree.Call) error {
+//			return c.exchange(ctx, tag(phaseX, call), …) // or allGatherBlocks, forPeers
+//		})
+//
+// and builds every message tag with tag(phase, call). An error from check
+// leaves the call number alone and the Comm usable; from there on every
+// error poisons. Point-to-point operations, which not every rank calls,
+// must not use run (they would put the ranks' call numbers out of step).
+func (c *Comm) run(ctx context.Context, op string, check func() (signature, error), body func(ctx context.Context, call agree.Call) error) error {
 	if err := c.begin(op); err != nil {
 		c.mu.Unlock()
 		return err
@@ -513,13 +519,15 @@ func (c *Comm) run(ctx context.Context, op string, check func() (signature, erro
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	th, err := c.validate(ctx, s)
-	if err != nil {
-		return c.fail(op, err)
+	var rec agree.Record
+	s.encode(rec[:])
+	call, err := c.agreeOn(ctx, &rec)
+	if err == nil {
+		err = body(ctx, call)
 	}
-	if err := body(ctx, th); err != nil {
+	if err != nil {
 		if errors.Is(err, transport.ErrTagMismatch) {
-			err = c.mismatch(err, s)
+			err = c.mismatch(err, call, &rec)
 		}
 		return c.fail(op, err)
 	}

@@ -435,6 +435,17 @@ func TestMismatchErrorsOnEveryRank(t *testing.T) {
 		if !strings.Contains(err.Error(), "rank 2 called AllReduce(count=8") && r != 2 {
 			t.Fatalf("rank %d: error does not name rank 2's call: %v", r, err)
 		}
+		var de *Error
+		wantPeer := 2
+		if r == 2 {
+			wantPeer = 0
+		}
+		if !errors.As(err, &de) {
+			t.Fatalf("rank %d: not a *detcoll.Error: %v", r, err)
+		}
+		if de.Peer != wantPeer {
+			t.Fatalf("rank %d: error blames peer %d, want %d: %v", r, de.Peer, wantPeer, err)
+		}
 	}
 	// Poisoned afterwards.
 	for _, c := range comms {
@@ -585,8 +596,8 @@ func TestSignatureCacheBounded(t *testing.T) {
 		})
 	}
 	for _, c := range comms {
-		if len(c.sigs) > maxCachedSignatures {
-			t.Fatalf("cache holds %d signatures", len(c.sigs))
+		if n := c.agr.Agreed(); n > maxCachedSignatures {
+			t.Fatalf("cache holds %d signatures", n)
 		}
 		if s := c.Stats(); s.SignatureExchanges != int64(maxCachedSignatures+10) {
 			t.Fatalf("exchanges %d", s.SignatureExchanges)

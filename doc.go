@@ -33,11 +33,22 @@
 // A Comm is one rank's handle on a group. Build one over any
 // transport.Transport with New, or W in-process ranks with NewInProc.
 // Collectives are matched across ranks by call order: every rank must issue
-// the same collectives in the same order. The first time a Comm sees a new
-// (operation, count, dtype, lanes, algorithm, accumulate) signature the ranks
-// compare it before any data moves, so a mismatch is an error on every rank
-// (ErrMismatch) instead of garbage; a validated signature costs nothing
-// afterwards.
+// the same collectives in the same order, and the n-th call of one rank
+// runs with the n-th call of every other. Every call that reaches the wire
+// is numbered, and every message carries the call number and the 64-bit
+// hash of the call's signature (operation, count, dtype, lanes, root,
+// algorithm, accumulate). The first time a Comm sees a signature the ranks
+// compare it before any data moves; a signature agreed before costs nothing
+// more afterwards (no extra message). So a rank whose call differs from its
+// peers' call of the same number — a skipped, extra or reordered call, or
+// another signature — gets ErrMismatch, and so does every other rank,
+// instead of a result of mixed data; the error names this rank's call, the
+// peer's, and their call numbers. Calls that differ only in their data
+// cannot be told apart. A call refused by its argument checks (see Errors)
+// is not numbered. Sub-communicators from Split number their own calls.
+// The promise in full, with its one limit (a rooted Broadcast or Scatter
+// whose sender learns of a receiver's mismatch only at its next call):
+// docs/reliability.md, "Mismatched collectives".
 //
 // Thread safety: a Comm is safe for concurrent use, but its collectives run
 // one at a time and are matched by order, so issue them from one goroutine.

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -101,8 +102,9 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	ErrClosed          = errors.New("communicator closed")
 	ErrPoisoned        = errors.New("communicator poisoned by an earlier failure")
-	ErrMismatch        = errors.New("ranks called mismatched collectives")
-	ErrUnsupported     = errors.New("unsupported by this transport")
+	ErrMismatch        = agree.ErrMismatch // every rank's error when the ranks' calls differ; see docs/reliability.md
+
+	ErrUnsupported = errors.New("unsupported by this transport")
 )
 
 // Error carries the operation, this rank and, when one is to blame, the peer.

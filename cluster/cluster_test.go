@@ -118,6 +118,49 @@ func helper(mode string) int {
 			return 0
 		}
 		return 1
+	case "collision", "skip":
+		// Issue 14 items 1 and 2 across processes: every rank validates two
+		// collectives, then rank 1 swaps them (their old 24-bit tag hashes
+		// collided) or skips one call; every rank must fail with ErrMismatch
+		// at the first differing call.
+		ar := func(dt detcoll.DType, n int) func() error {
+			b := make([]byte, n*dt.Size())
+			return func() error { return c.AllReduce(ctx, b, b, dt, detcoll.WithAlgorithm(detcoll.GatherTree)) }
+		}
+		x, y := ar(detcoll.FP32, 1843427), ar(detcoll.BF16, 3686854)
+		if mode == "skip" {
+			x, y = ar(detcoll.FP32, 1024), ar(detcoll.BF16, 2048)
+		}
+		for _, f := range []func() error{x, y} {
+			if err := f(); err != nil {
+				fmt.Println("ERROR", err)
+				return 1
+			}
+		}
+		prog := []func() error{x, y}
+		switch {
+		case mode == "collision" && rank == 1:
+			prog = []func() error{y, x}
+		case mode == "skip" && rank == 1:
+			prog = []func() error{x, y}
+		case mode == "skip":
+			prog = []func() error{x, x, y}
+		}
+		for i, f := range prog {
+			if err := f(); err != nil {
+				fmt.Printf("ERR at %d: %v\n", i, err)
+				want := 0
+				if mode == "skip" {
+					want = 1
+				}
+				if errors.Is(err, detcoll.ErrMismatch) && i == want {
+					return 0
+				}
+				return 1
+			}
+		}
+		fmt.Println("NO ERROR")
+		return 1
 	case "mismatch":
 		var err error
 		if rank == 1 {
@@ -220,6 +263,20 @@ func TestMismatchAfterValidationAcrossProcesses(t *testing.T) {
 	for r, res := range spawn(t, "mismatch-cached", 3) {
 		if res.code != 0 {
 			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
+		}
+	}
+}
+
+// A swap of two validated collectives whose old 24-bit tag hashes collide,
+// and a skipped call, across processes over TCP: ErrMismatch on every rank at
+// the first differing call (issue 14 items 1 and 2).
+func TestSwapAndSkipAcrossProcesses(t *testing.T) {
+	for _, mode := range []string{"collision", "skip"} {
+		for r, res := range spawn(t, mode, 3) {
+			t.Logf("%s: rank %d: exit %d: %s", mode, r, res.code, strings.TrimSpace(res.out))
+			if res.code != 0 {
+				t.Errorf("%s: rank %d: exit %d: %s", mode, r, res.code, res.out)
+			}
 		}
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package detcoll
+
+const raceEnabled = false
