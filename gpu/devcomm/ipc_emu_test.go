@@ -15,6 +15,7 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/internal/cudaemu"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -334,7 +335,7 @@ func emuInputs(op ipcOp, dt dtype.DType, w, count int, seed uint64) [][]byte {
 	in := make([][]byte, w)
 	for r := range in {
 		in[r] = make([]byte, n)
-		fillVerifyInput(in[r], dt, seed, r)
+		gputest.FillInput(in[r], dt, seed, r)
 		if r%2 == 1 && seed%2 == 0 { // cancellation: x + (-x)
 			for i := 0; i+sz <= n; i += 3 * sz {
 				copy(in[r][i:i+sz], in[r-1][i:i+sz])
