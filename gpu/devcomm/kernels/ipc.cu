@@ -12,6 +12,8 @@
 //   ctl[0] = seq              the number of IPC calls completed
 //   ctl[1] = started          blocks of the running call that have read ctl[0]
 //   ctl[2] = err              device-side copy of the error word
+//   sigline[parity][src]      u64 {seq, signature hash}, written by rank src's
+//                             block 0 at the start of every call (parity seq & 1)
 //
 // Protocol. All traffic between GPUs is stores into a peer's staging buffer
 // (posted writes, one NVLink hop), never loads. Block b of a call only ever
@@ -25,6 +27,16 @@
 // written again two calls later, when every block of this rank has seen a
 // flag of the call in between from every peer, that is after every peer has
 // finished the call that read it.
+//
+// Signatures. Every call carries the 32-bit hash of its collective's
+// signature (a.sig). Block 0 publishes {seq, sig} into every peer's
+// sigline at its start; a block that sees a peer's sigline of this sequence
+// number with another hash (when a flag arrives, while it waits, and in the
+// LL kernels' last step) records DC_IPC_ERR_MISMATCH: two ranks called
+// different collectives at this point (e.g. two already-validated
+// collectives in different orders), which would otherwise pair up and read
+// each other's data. A peer is at most one call ahead (its next call needs
+// this rank's data), so the two parities never hold a newer line.
 //
 // Faults. Every wait is bounded: after timeout_ns (globaltimer) or when the
 // host sets the abort word, the block records an error code in the device
@@ -55,7 +67,9 @@
 #define DC_IPC_HDR 32768                              // control bytes before the halves
 #define DC_IPC_SPIN 256                               // polls between clock checks
 
-enum { DC_IPC_ERR_TIMEOUT = 1, DC_IPC_ERR_ABORT = 2, DC_IPC_ERR_PEER = 3 };
+#define DC_IPC_SIGLINES (DC_IPC_FLAGS * 4 + 64)           // byte offset of sigline[2][MAXW]
+
+enum { DC_IPC_ERR_TIMEOUT = 1, DC_IPC_ERR_ABORT = 2, DC_IPC_ERR_PEER = 3, DC_IPC_ERR_MISMATCH = 4 };
 
 struct dc_ipc {
     char* stage[DC_IPC_MAXW];  // every rank's staging base as mapped here (own at [rank])
@@ -72,6 +86,8 @@ struct dc_ipc {
     const volatile unsigned* habort;  // host-mapped abort word
     int rank;
     int w;
+    unsigned sig;  // the call's signature hash (never 0)
+    unsigned pad_;
 };
 
 // ---- memory-model primitives ----
@@ -82,6 +98,8 @@ __device__ __forceinline__ void dc_st_release(unsigned* p, unsigned v) { __atomi
 __device__ __forceinline__ void dc_fence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 __device__ __forceinline__ unsigned long long dc_now_ns() { return dc_emu_now_ns(); }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return __atomic_fetch_add(p, 1u, __ATOMIC_ACQ_REL); }
+__device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+__device__ __forceinline__ void dc_st_release64(unsigned long long* p, unsigned long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 #define DC_IPC_PAUSE() dc_emu_pause()
 #elif defined(__HIPCC__)
 __device__ __forceinline__ unsigned dc_ld_acquire(const unsigned* p) {
@@ -94,6 +112,12 @@ __device__ __forceinline__ void dc_fence_system() { __threadfence_system(); }
 // wall_clock64 counts at a constant 100 MHz on CDNA GPUs.
 __device__ __forceinline__ unsigned long long dc_now_ns() { return (unsigned long long)wall_clock64() * 10ull; }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return atomicAdd(p, 1u); }
+__device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) {
+    return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+__device__ __forceinline__ void dc_st_release64(unsigned long long* p, unsigned long long v) {
+    __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+}
 #define DC_IPC_PAUSE()
 #else
 __device__ __forceinline__ unsigned dc_ld_acquire(const unsigned* p) {
@@ -111,6 +135,14 @@ __device__ __forceinline__ unsigned long long dc_now_ns() {
     return t;
 }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return atomicAdd(p, 1u); }
+__device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void dc_st_release64(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 #define DC_IPC_PAUSE()
 #endif
 
@@ -167,6 +199,9 @@ __device__ __forceinline__ unsigned* dc_ipc_flag(char* stage, int phase, int src
 __device__ __forceinline__ unsigned* dc_ipc_ctl(char* stage) {
     return reinterpret_cast<unsigned*>(stage) + DC_IPC_FLAGS;
 }
+__device__ __forceinline__ unsigned long long* dc_ipc_sigline(char* stage, unsigned seq, int src) {
+    return reinterpret_cast<unsigned long long*>(stage + DC_IPC_SIGLINES) + (seq & 1u) * DC_IPC_MAXW + src;
+}
 // The slots of this call in rank r's half: the LL kernels use their own
 // area of every half (a.base), where only LL lines of earlier calls (older
 // sequence numbers) are ever found, so stale data can never pass for a
@@ -209,12 +244,17 @@ struct dc_ipc_blk {
 // advances it for the next call (every block has read it by then, and the
 // next call starts after this kernel has ended), so no block waits for it
 // at the end.
-__device__ __forceinline__ void dc_ipc_begin(const dc_ipc& a, dc_ipc_blk& s, int g, int t) {
+__device__ __forceinline__ void dc_ipc_begin(const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t) {
     if (t != 0) return;
     unsigned* ctl = dc_ipc_ctl(a.stage[a.rank]);
     const unsigned seq = *(volatile unsigned*)&ctl[0] + 1u;
     s.seq = seq;
     s.stop = *(volatile unsigned*)&ctl[2] != 0u;
+    if (b == 0) {
+        const unsigned long long line = ((unsigned long long)a.sig << 32) | seq;
+        for (int p = 0; p < a.w; ++p)
+            if (p != a.rank) dc_st_release64(dc_ipc_sigline(a.stage[p], seq, a.rank), line);
+    }
     if (dc_atomic_inc(&ctl[1]) == (unsigned)(g - 1)) {
         *(volatile unsigned*)&ctl[1] = 0u;
         *(volatile unsigned*)&ctl[0] = seq;
@@ -237,6 +277,49 @@ __device__ __forceinline__ void dc_ipc_fail(const dc_ipc& a, dc_ipc_blk& s, unsi
     s.stop = 1;
 }
 
+// dc_ipc_sigcheck compares peer p's signature line of this call with ours:
+// 1 (and the block stopped with DC_IPC_ERR_MISMATCH) when it differs, 0
+// when it matches or has not arrived yet.
+__device__ __forceinline__ int dc_ipc_sigcheck(const dc_ipc& a, dc_ipc_blk& s, int p) {
+    const unsigned long long v = dc_ld_acquire64(dc_ipc_sigline(a.stage[a.rank], s.seq, p));
+    if ((unsigned)v != s.seq || (unsigned)(v >> 32) == a.sig) return 0;
+    dc_ipc_fail(a, s, DC_IPC_ERR_MISMATCH);
+    return 1;
+}
+
+// dc_ipc_sigwait: in block 0, thread p waits (bounded) for peer p's
+// signature line of this call and compares it: the LL kernels' verdict,
+// whose data lines carry no signature.
+__device__ __forceinline__ void dc_ipc_sigwait(const dc_ipc& a, dc_ipc_blk& s, int b, int t) {
+    if (b != 0 || t >= a.w || t == a.rank) return;
+    const unsigned long long* l = dc_ipc_sigline(a.stage[a.rank], s.seq, t);
+    const unsigned* derr = dc_ipc_ctl(a.stage[a.rank]) + 2;
+    unsigned long long deadline = 0;
+    for (unsigned n = 0;; ++n) {
+        if ((unsigned)dc_ld_acquire64(l) == s.seq) {
+            dc_ipc_sigcheck(a, s, t);
+            return;
+        }
+        DC_IPC_PAUSE();
+        if (n % DC_IPC_SPIN == DC_IPC_SPIN - 1) {
+            unsigned long long now = dc_now_ns();
+            if (deadline == 0) deadline = now + (unsigned long long)a.timeout_ns;
+            if (*a.habort) {
+                dc_ipc_fail(a, s, DC_IPC_ERR_ABORT);
+                return;
+            }
+            if (*(volatile const unsigned*)derr) {
+                s.stop = 1;
+                return;
+            }
+            if (now > deadline) {
+                dc_ipc_fail(a, s, DC_IPC_ERR_TIMEOUT);
+                return;
+            }
+        }
+    }
+}
+
 // dc_ipc_wait: thread p waits for peer p's flag of this phase and block.
 __device__ __forceinline__ void dc_ipc_wait(const dc_ipc& a, dc_ipc_blk& s, int phase, int b, int t) {
     if (t >= a.w || t == a.rank) return;
@@ -244,10 +327,16 @@ __device__ __forceinline__ void dc_ipc_wait(const dc_ipc& a, dc_ipc_blk& s, int 
     const unsigned* derr = dc_ipc_ctl(a.stage[a.rank]) + 2;
     unsigned long long deadline = 0;
     for (unsigned n = 0;; ++n) {
-        if ((int)(dc_ld_acquire(f) - s.seq) >= 0) return;
+        if ((int)(dc_ld_acquire(f) - s.seq) >= 0) {
+            // Block 0's flag follows the peer's signature line (same
+            // thread, release), so block 0 always gets a verdict here.
+            dc_ipc_sigcheck(a, s, t);
+            return;
+        }
         DC_IPC_PAUSE();
         if (n % DC_IPC_SPIN == DC_IPC_SPIN - 1) {
             unsigned long long now = dc_now_ns();
+            if (dc_ipc_sigcheck(a, s, t)) return;
             if (deadline == 0) deadline = now + (unsigned long long)a.timeout_ns;
             if (*a.habort) {
                 dc_ipc_fail(a, s, DC_IPC_ERR_ABORT);
@@ -373,7 +462,7 @@ __device__ __forceinline__ void dc_ll_put(char* dst, long long n, long long i, u
 
 // dc_ll_wait waits for line p of this call; false (and the block stopped)
 // on timeout, abort or an earlier failure.
-__device__ __forceinline__ bool dc_ll_wait(const dc_ipc& a, dc_ipc_blk& s, const char* p, unsigned long long* d) {
+__device__ __forceinline__ bool dc_ll_wait(const dc_ipc& a, dc_ipc_blk& s, int peer, const char* p, unsigned long long* d) {
     const unsigned* derr = dc_ipc_ctl(a.stage[a.rank]) + 2;
     unsigned long long deadline = 0;
     for (unsigned n = 0;; ++n) {
@@ -381,6 +470,7 @@ __device__ __forceinline__ bool dc_ll_wait(const dc_ipc& a, dc_ipc_blk& s, const
         DC_IPC_PAUSE();
         if (n % DC_IPC_SPIN == DC_IPC_SPIN - 1) {
             unsigned long long now = dc_now_ns();
+            if (peer >= 0 && dc_ipc_sigcheck(a, s, peer)) return false;
             if (deadline == 0) deadline = now + (unsigned long long)a.timeout_ns;
             if (*a.habort) {
                 dc_ipc_fail(a, s, DC_IPC_ERR_ABORT);
@@ -419,7 +509,7 @@ __device__ __forceinline__ void dc_ll_reduce(const dc_ipc& a, dc_ipc_blk& s, cha
         for (int p = 0; p < W; ++p) {
             if (p == a.rank) {
                 d[p] = dc_ll_get(own, n, i);
-            } else if (!dc_ll_wait(a, s, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d[p])) {
+            } else if (!dc_ll_wait(a, s, p, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d[p])) {
                 return;
             }
         }
@@ -450,7 +540,7 @@ struct dc_ipc_ar2 {
         enum { N = 16 / T::SZ };
         long long slo, shi, lo, hi;
         switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 0: dc_ipc_begin(a, s, b, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p) {
                 if (p == a.rank) continue;
@@ -503,7 +593,7 @@ struct dc_ipc_rs {
         long long lo, hi;
         dc_ipc_portion(a.count, 16 / T::SZ, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 0: dc_ipc_begin(a, s, b, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p) {
                 if (p == a.rank) continue;
@@ -535,7 +625,7 @@ struct dc_ipc_ag {
         long long lo, hi;
         dc_ipc_portion(a.count, 16, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 0: dc_ipc_begin(a, s, b, g, t); break;
         case 1: {
             char* own = a.out + a.rank * a.out_stride;
             if (own == a.in) own = 0;  // in place
@@ -565,13 +655,13 @@ struct dc_ipc_ag {
 // reduce the own block (in_stride 0: the LL one-shot AllReduce).
 template <class T, int W>
 struct dc_ipc_rsll {
-    enum { STEPS = 3 };
+    enum { STEPS = 4 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         const long long n = a.count * T::SZ;
         long long lo, hi;
         dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 0: dc_ipc_begin(a, s, b, g, t); break;
         case 1:
             for (int p = 0; p < W; ++p)
                 if (p != a.rank)
@@ -579,6 +669,7 @@ struct dc_ipc_rsll {
                                hi, s.seq, t, nt);
             break;
         case 2: dc_ll_reduce<T, W>(a, s, a.out, a.in + a.rank * a.in_stride, n, lo, hi, t, nt); break;
+        case 3: dc_ipc_sigwait(a, s, b, t); break;
         }
     }
 };
@@ -586,13 +677,13 @@ struct dc_ipc_rsll {
 // LL AllGather of count bytes: 0 begin, 1 push lines to every peer and copy
 // the own block, 2 wait for every peer's lines and store them.
 struct dc_ipc_agll {
-    enum { STEPS = 3 };
+    enum { STEPS = 4 };
     static __device__ __forceinline__ void step(int k, const dc_ipc& a, dc_ipc_blk& s, int b, int g, int t, int nt) {
         const long long n = a.count;
         long long lo, hi;
         dc_ipc_portion((n + 7) / 8, 1, g, b, &lo, &hi);
         switch (k) {
-        case 0: dc_ipc_begin(a, s, g, t); break;
+        case 0: dc_ipc_begin(a, s, b, g, t); break;
         case 1: {
             char* own = a.out + a.rank * a.out_stride;
             for (long long i = lo + t; i < hi; i += nt) {
@@ -609,12 +700,13 @@ struct dc_ipc_agll {
                 for (int p = 0; p < a.w; ++p) {
                     if (p == a.rank) continue;
                     unsigned long long d;
-                    if (!dc_ll_wait(a, s, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d)) return;
+                    if (!dc_ll_wait(a, s, p, half + dc_ipc_slot(p, a.rank) * a.slot + i * 16, &d)) return;
                     dc_ll_put(a.out + p * a.out_stride, n, i, d);
                 }
             }
             break;
         }
+        case 3: dc_ipc_sigwait(a, s, b, t); break;
         }
     }
 };
