@@ -1,0 +1,267 @@
+package devcomm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/gpu/devrt"
+)
+
+// The bounded waits of the NCCL path, on the host: a stand-in runtime
+// whose streams complete only when the test says so (a dead NCCL peer
+// leaves NCCL's kernel spinning: the stream never completes).
+
+func TestWaitBounded(t *testing.T) {
+	never := func() (bool, error) { return false, nil }
+	t.Run("done", func(t *testing.T) {
+		n := 0
+		err := waitBounded(context.Background(), probe{done: func() (bool, error) { n++; return n > 3, nil }})
+		if err != nil || n != 4 {
+			t.Fatalf("err %v after %d polls", err, n)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := waitBounded(ctx, probe{done: never})
+		if !errors.Is(err, ErrWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("returned after %v with a 100ms bound", d)
+		}
+	})
+	t.Run("async error", func(t *testing.T) {
+		boom := errors.New("ncclRemoteError: a peer went away")
+		start := time.Now()
+		err := waitBounded(context.Background(), probe{done: never, asyncErr: func() error {
+			if time.Since(start) > 30*time.Millisecond {
+				return boom
+			}
+			return nil
+		}})
+		if !errors.Is(err, boom) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("device error word", func(t *testing.T) {
+		err := waitBounded(context.Background(), probe{done: never, devErr: func() error { return ErrIPCTimeout }})
+		if !errors.Is(err, ErrIPCTimeout) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("abort from another goroutine", func(t *testing.T) {
+		var ab atomic.Bool
+		time.AfterFunc(30*time.Millisecond, func() { ab.Store(true) })
+		err := waitBounded(context.Background(), probe{done: never, aborted: ab.Load})
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("query error", func(t *testing.T) {
+		bad := errors.New("illegal address")
+		if err := waitBounded(context.Background(), probe{done: func() (bool, error) { return false, bad }}); !errors.Is(err, bad) {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+// fakeRT is a device runtime whose streams complete when released; the
+// calls a communicator makes at Synchronize, Abort and Close are recorded.
+type fakeRT struct {
+	devrt.Runtime // calls not listed below panic: the test never makes them
+	mu            sync.Mutex
+	done          map[devrt.Stream]bool
+	calls         []string
+	querier       bool
+}
+
+type fakeCtx struct{ devrt.Context }
+
+func (fakeCtx) Do(fn func() error) error { return fn() }
+func (fakeCtx) Release() error           { return nil }
+
+func (f *fakeRT) Vendor() string            { return "cuda" }
+func (f *fakeRT) DriverAvailable() error    { return nil }
+func (f *fakeRT) DeviceCount() (int, error) { return 1, nil }
+func (f *fakeRT) Open(int) (devrt.Context, devrt.Props, error) {
+	return fakeCtx{}, devrt.Props{Name: "fake"}, nil
+}
+func (f *fakeRT) record(c string) { f.mu.Lock(); f.calls = append(f.calls, c); f.mu.Unlock() }
+func (f *fakeRT) StreamQuery(s devrt.Stream) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done[s], nil
+}
+func (f *fakeRT) StreamSynchronize(s devrt.Stream) error {
+	for {
+		if ok, _ := f.StreamQuery(s); ok {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+func (f *fakeRT) release(s devrt.Stream)            { f.mu.Lock(); f.done[s] = true; f.mu.Unlock() }
+func (f *fakeRT) MemFree(p devrt.Ptr) error         { f.record("MemFree"); return nil }
+func (f *fakeRT) StreamDestroy(devrt.Stream) error  { f.record("StreamDestroy"); return nil }
+func (f *fakeRT) EventDestroy(devrt.Event) error    { return nil }
+func (f *fakeRT) IpcCloseMemHandle(devrt.Ptr) error { f.record("IpcCloseMemHandle"); return nil }
+func (f *fakeRT) HostFree(devrt.HostMem) error      { f.record("HostFree"); return nil }
+func (f *fakeRT) ModuleUnload(devrt.Module) error   { return nil }
+func (f *fakeRT) has(c string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range f.calls {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeComm is a one-rank communicator on fakeRT (no NCCL, no host
+// communicator) with a workspace "allocated".
+func fakeComm(t *testing.T, waitTO time.Duration) (*Comm, *fakeRT) {
+	t.Helper()
+	rt := &fakeRT{done: map[devrt.Stream]bool{}}
+	dev, err := gpu.OpenWith(rt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := defaultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.waitTO = waitTO
+	c := &Comm{rt: rt, dev: dev, stream: 11, side: 12, cfg: cfg, rank: 0, size: 1, agree: newAgreement(nil, 0, 1),
+		ws: 0x1000, wsBytes: 4096}
+	return c, rt
+}
+
+// TestSynchronizeBounded: a stream that never completes (a dead NCCL
+// peer) makes Synchronize return ErrWaitTimeout within the bound and
+// poison the communicator; later calls fail at once.
+func TestSynchronizeBounded(t *testing.T) {
+	c, _ := fakeComm(t, 150*time.Millisecond)
+	start := time.Now()
+	err := c.Synchronize()
+	if !errors.Is(err, ErrWaitTimeout) {
+		t.Fatalf("Synchronize = %v, want ErrWaitTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Synchronize returned after %v with a 150ms bound", d)
+	}
+	if c.Err() == nil {
+		t.Fatal("not poisoned")
+	}
+	start = time.Now()
+	if err := c.Synchronize(); !errors.Is(err, detcoll.ErrPoisoned) || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("second Synchronize = %v after %v", err, time.Since(start))
+	}
+}
+
+// TestAbortUnblocksSynchronize: Abort from another goroutine ends a
+// Synchronize that waits on a stream that never completes.
+func TestAbortUnblocksSynchronize(t *testing.T) {
+	c, _ := fakeComm(t, time.Hour)
+	done := make(chan error, 1)
+	go func() { done <- c.Synchronize() }()
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("Synchronize = %v, want ErrAborted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Abort did not unblock Synchronize")
+	}
+	if err := c.Reserve(1); !errors.Is(err, detcoll.ErrPoisoned) || !errors.Is(err, ErrAborted) {
+		t.Fatalf("a call after Abort = %v", err)
+	}
+}
+
+// TestCloseBounded: Close of a communicator whose stream never drains
+// returns within the wait bound and leaks (does not free) the workspace a
+// kernel may still use; with a drained stream it frees it.
+func TestCloseBounded(t *testing.T) {
+	c, rt := fakeComm(t, 100*time.Millisecond)
+	start := time.Now()
+	err := c.Close()
+	if !errors.Is(err, ErrWaitTimeout) {
+		t.Fatalf("Close = %v, want ErrWaitTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v with a 100ms bound", d)
+	}
+	if rt.has("MemFree") || rt.has("StreamDestroy") {
+		t.Fatalf("Close freed memory or streams the device may still use: %v", rt.calls)
+	}
+	if c.Stats().LeakedBytes != 4096 {
+		t.Fatalf("LeakedBytes %d, want 4096", c.Stats().LeakedBytes)
+	}
+
+	c, rt = fakeComm(t, time.Minute)
+	rt.release(11)
+	rt.release(12)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !rt.has("MemFree") || !rt.has("StreamDestroy") || c.Stats().LeakedBytes != 0 {
+		t.Fatalf("a drained Close did not free: %v, leaked %d", rt.calls, c.Stats().LeakedBytes)
+	}
+}
+
+// TestIPCStateRaceAtClose: IPC, IPCStagingBytes and Abort read the
+// peer-memory state while Close clears it (run with -race).
+func TestIPCStateRaceAtClose(t *testing.T) {
+	c, rt := fakeComm(t, time.Minute)
+	rt.release(11)
+	rt.release(12)
+	c.ipc = &ipcState{rt: rt, host: devrt.HostMem{Bytes: make([]byte, 64)}, bytes: 1 << 20}
+	c.size = 1 // no close barrier: no host communicator in this test
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.IPC()
+				c.IPCStagingBytes()
+				_ = c.ipcFailed()
+			}
+		}()
+	}
+	time.Sleep(10 * time.Millisecond)
+	c.closeIPCForTest()
+	close(stop)
+	wg.Wait()
+	if on, _ := c.IPC(); on {
+		t.Fatal("the path is still on after close")
+	}
+}
+
+// closeIPCForTest clears the state as closeIPC does (both locks), without
+// the barrier a one-rank fake has no host communicator for.
+func (c *Comm) closeIPCForTest() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.abortMu.Lock()
+	c.ipc = nil
+	c.abortMu.Unlock()
+}
