@@ -503,30 +503,14 @@ func (l *Layer) Forward(ctx context.Context, x *Tensor, w Weights) (*Tensor, *Sa
 func (l *Layer) Backward(ctx context.Context, dy *Tensor, w Weights, s *Saved) (*Grads, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	const op = "Backward"
-	if err := l.usable(op); err != nil {
-		return nil, err
-	}
-	if s == nil || s.X == nil || s.G == nil || s.U == nil || s.A == nil || s.G.ptr == 0 {
-		return nil, fmt.Errorf("%w: gpuffn.Backward: saved state is missing or freed", parallel.ErrInvalidArgument)
-	}
-	if err := l.checkActs(op, "saved x", s.X, -1); err != nil {
-		return nil, err
-	}
-	if err := l.checkActs(op, "dy", dy, s.X.rows); err != nil {
-		return nil, err
-	}
-	if err := l.checkWeights(op, w); err != nil {
+	if err := l.checkBackward(dy, w, s); err != nil {
 		return nil, err
 	}
 	T, H, L, nb, nl := dy.rows, l.cfg.Hidden, l.cfg.Chunks, l.nb, l.nl
 	il := nl * nb
-	x := s.X
 	var st sticky
-	da := st.alloc(l, T, il, nl, true)
-	dg := st.alloc(l, T, il, nl, true)
-	du := st.alloc(l, T, il, nl, true)
-	lanes := st.alloc(l, 2*T, H, 1, false)
+	b := bwdBufs{da: st.alloc(l, T, il, nl, true), dg: st.alloc(l, T, il, nl, true), du: st.alloc(l, T, il, nl, true),
+		lanes: st.alloc(l, 2*T, H, 1, false)}
 	g := &Grads{}
 	g.X = st.alloc(l, T, H, 1, false)
 	g.Gate = st.alloc(l, H, il, nl, true)
@@ -535,62 +519,10 @@ func (l *Layer) Backward(ctx context.Context, dy *Tensor, w Weights, s *Saved) (
 	st.step(func() error {
 		return l.ensureWS(max(L*padBytes(T*nb*2), nl*padBytes(T*H*2), L*padBytes(H*nb*2)))
 	})
-	err := l.ops.do(func() error {
-		total := l.ops.span("bwd.total", false)
-		sp := l.ops.span("bwd.da", false)
-		for j := 0; j < nl; j++ {
-			st.step(func() error {
-				return l.chunked(gemmSpec{m: T, n: nb, k: H, a: operand{dy.ptr, H, false}, b: operand{w.Down.BlockPtr(j), H, true}}, da.BlockPtr(j))
-			})
-		}
-		st.step(sp)
-		sp = l.ops.span("bwd.swiglu", false)
-		st.step(func() error {
-			return l.ops.swigluBwd(dg.ptr, du.ptr, s.G.ptr, s.U.ptr, da.ptr, T*nb, nl, da.stride/2)
-		})
-		st.step(sp)
-		sp = l.ops.span("bwd.dx_lanes", false)
-		laneBytes := T * H * 2
-		st.step(func() error {
-			return l.local(T, H, func(c int) gemmSpec {
-				return gemmSpec{m: T, n: H, k: nb, a: operand{dg.BlockPtr(c), nb, false}, b: operand{w.Gate.BlockPtr(c), nb, true}}
-			}, lanes.ptr)
-		})
-		st.step(func() error {
-			return l.local(T, H, func(c int) gemmSpec {
-				return gemmSpec{m: T, n: H, k: nb, a: operand{du.BlockPtr(c), nb, false}, b: operand{w.Up.BlockPtr(c), nb, true}}
-			}, lanes.ptr+cuda.DevicePtr(laneBytes))
-		})
-		st.step(sp)
-		if l.tp > 1 && lanes != nil {
-			// One all-reduce of both lanes side by side: every element has
-			// its own tree, the lanes are not added to each other.
-			sp = l.ops.span("bwd.allreduce_dx_lanes", true)
-			st.always(func() error { return l.ops.allReduce(ctx, lanes.ptr, 2*T*H) })
-			st.step(sp)
-		}
-		sp = l.ops.span("bwd.dx_add", false)
-		st.step(func() error { return l.ops.reduce2(g.X.ptr, lanes.ptr, lanes.ptr+cuda.DevicePtr(laneBytes), T*H) })
-		st.step(sp)
-		sp = l.ops.span("bwd.weight_grads", false)
-		for j := 0; j < nl; j++ {
-			st.step(func() error {
-				return l.chunked(gemmSpec{m: H, n: nb, k: T, a: operand{x.ptr, H, true}, b: operand{dg.BlockPtr(j), nb, false}}, g.Gate.BlockPtr(j))
-			})
-			st.step(func() error {
-				return l.chunked(gemmSpec{m: H, n: nb, k: T, a: operand{x.ptr, H, true}, b: operand{du.BlockPtr(j), nb, false}}, g.Up.BlockPtr(j))
-			})
-			st.step(func() error {
-				return l.chunked(gemmSpec{m: nb, n: H, k: T, a: operand{s.A.BlockPtr(j), nb, true}, b: operand{dy.ptr, H, false}}, g.Down.BlockPtr(j))
-			})
-		}
-		st.step(sp)
-		st.step(total)
-		return st.err
-	})
+	err := l.ops.do(func() error { return l.backwardSteps(ctx, &st, dy, w, s, b, g) })
 	// The temporaries go back once the stream is done with them.
 	serr := l.ops.sync()
-	l.freeQuiet(da, dg, du, lanes)
+	l.freeQuiet(b.da, b.dg, b.du, b.lanes)
 	if err == nil {
 		err = serr
 	}
@@ -599,6 +531,88 @@ func (l *Layer) Backward(ctx context.Context, dy *Tensor, w Weights, s *Saved) (
 		return nil, fmt.Errorf("gpuffn: Backward (TP rank %d of %d): %w", l.rank, l.tp, err)
 	}
 	return g, nil
+}
+
+// checkBackward checks Backward's arguments. Called with l.mu held.
+func (l *Layer) checkBackward(dy *Tensor, w Weights, s *Saved) error {
+	const op = "Backward"
+	if err := l.usable(op); err != nil {
+		return err
+	}
+	if s == nil || s.X == nil || s.G == nil || s.U == nil || s.A == nil || s.G.ptr == 0 {
+		return fmt.Errorf("%w: gpuffn.Backward: saved state is missing or freed", parallel.ErrInvalidArgument)
+	}
+	if err := l.checkActs(op, "saved x", s.X, -1); err != nil {
+		return err
+	}
+	if err := l.checkActs(op, "dy", dy, s.X.rows); err != nil {
+		return err
+	}
+	return l.checkWeights(op, w)
+}
+
+// bwdBufs are Backward's temporaries: the activation gradients and the two
+// dx lanes side by side.
+type bwdBufs struct{ da, dg, du, lanes *Tensor }
+
+// backwardSteps enqueues the backward pass (inside l.ops.do): da, the
+// SwiGLU backward, the two dx lanes, their all-reduce over TP, dx, and the
+// weight gradients; st keeps the first error while the collective is
+// still issued.
+func (l *Layer) backwardSteps(ctx context.Context, st *sticky, dy *Tensor, w Weights, s *Saved, b bwdBufs, g *Grads) error {
+	T, H, nb, nl := dy.rows, l.cfg.Hidden, l.nb, l.nl
+	da, dg, du, lanes, x := b.da, b.dg, b.du, b.lanes, s.X
+	total := l.ops.span("bwd.total", false)
+	sp := l.ops.span("bwd.da", false)
+	for j := 0; j < nl; j++ {
+		st.step(func() error {
+			return l.chunked(gemmSpec{m: T, n: nb, k: H, a: operand{dy.ptr, H, false}, b: operand{w.Down.BlockPtr(j), H, true}}, da.BlockPtr(j))
+		})
+	}
+	st.step(sp)
+	sp = l.ops.span("bwd.swiglu", false)
+	st.step(func() error {
+		return l.ops.swigluBwd(dg.ptr, du.ptr, s.G.ptr, s.U.ptr, da.ptr, T*nb, nl, da.stride/2)
+	})
+	st.step(sp)
+	sp = l.ops.span("bwd.dx_lanes", false)
+	laneBytes := T * H * 2
+	st.step(func() error {
+		return l.local(T, H, func(c int) gemmSpec {
+			return gemmSpec{m: T, n: H, k: nb, a: operand{dg.BlockPtr(c), nb, false}, b: operand{w.Gate.BlockPtr(c), nb, true}}
+		}, lanes.ptr)
+	})
+	st.step(func() error {
+		return l.local(T, H, func(c int) gemmSpec {
+			return gemmSpec{m: T, n: H, k: nb, a: operand{du.BlockPtr(c), nb, false}, b: operand{w.Up.BlockPtr(c), nb, true}}
+		}, lanes.ptr+cuda.DevicePtr(laneBytes))
+	})
+	st.step(sp)
+	if l.tp > 1 && lanes != nil {
+		// One all-reduce of both lanes side by side: every element has
+		// its own tree, the lanes are not added to each other.
+		sp = l.ops.span("bwd.allreduce_dx_lanes", true)
+		st.always(func() error { return l.ops.allReduce(ctx, lanes.ptr, 2*T*H) })
+		st.step(sp)
+	}
+	sp = l.ops.span("bwd.dx_add", false)
+	st.step(func() error { return l.ops.reduce2(g.X.ptr, lanes.ptr, lanes.ptr+cuda.DevicePtr(laneBytes), T*H) })
+	st.step(sp)
+	sp = l.ops.span("bwd.weight_grads", false)
+	for j := 0; j < nl; j++ {
+		st.step(func() error {
+			return l.chunked(gemmSpec{m: H, n: nb, k: T, a: operand{x.ptr, H, true}, b: operand{dg.BlockPtr(j), nb, false}}, g.Gate.BlockPtr(j))
+		})
+		st.step(func() error {
+			return l.chunked(gemmSpec{m: H, n: nb, k: T, a: operand{x.ptr, H, true}, b: operand{du.BlockPtr(j), nb, false}}, g.Up.BlockPtr(j))
+		})
+		st.step(func() error {
+			return l.chunked(gemmSpec{m: nb, n: H, k: T, a: operand{s.A.BlockPtr(j), nb, true}, b: operand{dy.ptr, H, false}}, g.Down.BlockPtr(j))
+		})
+	}
+	st.step(sp)
+	st.step(total)
+	return st.err
 }
 
 func (l *Layer) freeQuiet(ts ...*Tensor) {
