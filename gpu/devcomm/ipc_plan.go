@@ -18,11 +18,18 @@ import (
 // functions of the geometry, tested on the host (TestIPCPlan, TestIPCDecide);
 // the protocol itself is in kernels/ipc.cu and docs/ipc.md.
 
-// ipcSource is appended to gpu.ReduceSource and fastSource: the one-shot,
-// two-shot, reduce-scatter and all-gather kernels over peer memory.
-//
-//go:embed kernels/ipc.cu
-var ipcSource string
+// ipcProtoSource (the protocol: layout, flags, signature lines, bounded
+// waits) and ipcKernelSource (data movement and the kernels) make
+// ipcSource, which is appended to gpu.ReduceSource and fastSource: the
+// one-shot, two-shot, reduce-scatter and all-gather kernels over peer
+// memory.
+var (
+	//go:embed kernels/ipc_proto.cu
+	ipcProtoSource string
+	//go:embed kernels/ipc.cu
+	ipcKernelSource string
+	ipcSource       = ipcProtoSource + "\n" + ipcKernelSource
+)
 
 const (
 	ipcMaxW = 8   // DC_IPC_MAXW: the largest node the kernels serve
