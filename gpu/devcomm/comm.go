@@ -90,6 +90,9 @@ type Comm struct {
 	ptrs       []DevicePtr // scratch: reduce input lists
 	ipcWhy     string
 	sigHash    uint32 // flagHash of the call being enqueued (peer-memory flags)
+
+	// asyncErrHook, when set (tests), stands in for ncclCommGetAsyncError.
+	asyncErrHook func() error
 }
 
 // Stats are a communicator's counters.

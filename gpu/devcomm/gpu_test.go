@@ -35,6 +35,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(peerEnv) == "1" {
+		peerMain() // peerexit_test.go: this process is the peer that dies
+	}
 	code := m.Run()
 	if testComm != nil {
 		if err := testComm.Close(); err != nil {

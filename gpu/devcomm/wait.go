@@ -112,6 +112,9 @@ func (c *Comm) streamDone(s Stream) func() (bool, error) {
 func (c *Comm) asyncError() error {
 	c.abortMu.Lock()
 	defer c.abortMu.Unlock()
+	if c.asyncErrHook != nil && !c.aborted.Load() {
+		return c.asyncErrHook()
+	}
 	if c.nc == nil || c.aborted.Load() {
 		return nil
 	}
@@ -152,6 +155,8 @@ func (c *Comm) Synchronize() error {
 
 // SynchronizeCtx is Synchronize bounded by ctx instead of the wait bound.
 // It holds no lock while it waits, so Abort from another goroutine ends it.
+// On a poisoned communicator it returns the poisoning error at once (its
+// NCCL communicator was aborted when it was poisoned).
 func (c *Comm) SynchronizeCtx(ctx context.Context) error {
 	const op = "Synchronize"
 	c.mu.Lock()

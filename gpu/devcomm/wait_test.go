@@ -3,12 +3,14 @@ package devcomm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devrt"
 )
@@ -264,4 +266,40 @@ func (c *Comm) closeIPCForTest() {
 	c.abortMu.Lock()
 	c.ipc = nil
 	c.abortMu.Unlock()
+}
+
+func (f *fakeRT) EventRecord(e devrt.Event, s devrt.Stream) error {
+	f.record(fmt.Sprintf("EventRecord(%d, %d)", e, s))
+	return nil
+}
+func (f *fakeRT) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
+	f.record(fmt.Sprintf("StreamWaitEvent(%d, %d)", s, e))
+	return nil
+}
+func (f *fakeRT) StreamCapturing(devrt.Stream) (bool, error) { return false, nil }
+func (f *fakeRT) GraphLaunch(g devrt.GraphExec, s devrt.Stream) error {
+	f.record(fmt.Sprintf("GraphLaunch(%d, %d)", g, s))
+	return nil
+}
+
+// TestLaunchGraphIsOrdered: a graph launched through the communicator
+// waits for the previous call on another stream, and the next call on
+// another stream waits for the graph (events, no host wait), so a replay
+// of peer-memory collectives and eager calls never overlap.
+func TestLaunchGraphIsOrdered(t *testing.T) {
+	c, rt := fakeComm(t, time.Minute)
+	c.joinEv = 5
+	if err := c.AllReduce(context.Background(), Buffer{}, Buffer{}, 0, dtype.FP32, OnStream(21)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LaunchGraph(9, 22); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AllReduce(context.Background(), Buffer{}, Buffer{}, 0, dtype.FP32, OnStream(23)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"EventRecord(5, 21)", "StreamWaitEvent(22, 5)", "GraphLaunch(9, 22)", "EventRecord(5, 22)", "StreamWaitEvent(23, 5)"}
+	if fmt.Sprint(rt.calls) != fmt.Sprint(want) {
+		t.Fatalf("calls %v, want %v", rt.calls, want)
+	}
 }
