@@ -6,7 +6,7 @@
 // # The arithmetic contract
 //
 // ReduceKernels.Reduce and ReduceStrided compute, for every element, the
-// tree of DESIGN.md section 2 over the W inputs in rank order with the
+// tree of docs/contract.md over the W inputs in rank order with the
 // addition of section 3, bit for bit equal to reduce.Oracle: fp32 and fp64
 // with IEEE round-to-nearest-even additions (no FMA, no flush-to-zero);
 // fp16 and bf16 either rounding every node to the type (reduce.Native) or

@@ -46,7 +46,7 @@
 // fixed call on one GPU type, every chunk partial has the same bits. The
 // trees over the partials are detcoll's reduce kernel; in a row-parallel
 // GEMM a rank reduces its L/TP chunks, and the deterministic all-reduce over
-// TP continues the same tree (DESIGN.md section 2, the subtree property).
+// TP continues the same tree (docs/contract.md, the subtree property).
 //
 // The calls, with T tokens, nb = I/L, nl = L/TP (package parallel's host
 // FFN without sequence parallelism, step for step):

@@ -1,6 +1,6 @@
 // Package kernels holds the device source that every GPU backend compiles
 // at run time: reduce.cu, the deterministic tree reduce kernels
-// (DESIGN.md sections 2 and 3). NVIDIA builds compile it with NVRTC
+// (docs/contract.md). NVIDIA builds compile it with NVRTC
 // (package gpu), AMD builds with hiprtc (internal/hiprtc); the same source,
 // the same contract, the same bits. This package imports nothing, so a
 // ROCm-only build can embed the source without any CUDA package and a
