@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devrt"
@@ -223,14 +224,28 @@ func TestCloseBounded(t *testing.T) {
 	}
 }
 
-// TestIPCStateRaceAtClose: IPC, IPCStagingBytes and Abort read the
-// peer-memory state while Close clears it (run with -race).
+// hostComm is a one-rank host communicator (the close handshake's barrier).
+func hostComm(t *testing.T) *detcoll.Comm {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	job, err := cluster.Init(ctx, cluster.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Close() })
+	return job.Comm
+}
+
+// TestIPCStateRaceAtClose: collectives (whose algorithm choice reads
+// whether the peer-memory path is on), IPC, IPCStagingBytes, Abort and the
+// waits' error-word poll read the peer-memory state while Close's
+// handshake clears it (run with -race); the handshake then frees the
+// staging.
 func TestIPCStateRaceAtClose(t *testing.T) {
 	c, rt := fakeComm(t, time.Minute)
-	rt.release(11)
-	rt.release(12)
-	c.ipc = &ipcState{rt: rt, host: devrt.HostMem{Bytes: make([]byte, 64)}, bytes: 1 << 20}
-	c.size = 1 // no close barrier: no host communicator in this test
+	c.host = hostComm(t)
+	c.ipc = &ipcState{rt: rt, host: devrt.HostMem{Bytes: make([]byte, 64)}, bytes: 1 << 20, own: 0x9000, opened: []DevicePtr{0xa000}, timeout: time.Second}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i := 0; i < 3; i++ {
@@ -246,26 +261,59 @@ func TestIPCStateRaceAtClose(t *testing.T) {
 				c.IPC()
 				c.IPCStagingBytes()
 				_ = c.ipcFailed()
+				if err := c.AllReduce(context.Background(), Buffer{}, Buffer{}, 0, dtype.FP32); err != nil { // the choice reads c.ipc
+					panic(err)
+				}
 			}
 		}()
 	}
 	time.Sleep(10 * time.Millisecond)
-	c.closeIPCForTest()
+	aborted := make(chan struct{})
+	go func() {
+		time.Sleep(time.Millisecond)
+		c.ipcStateAbortForTest()
+		close(aborted)
+	}()
+	c.mu.Lock()
+	err := c.closeIPC(true)
+	c.mu.Unlock()
 	close(stop)
 	wg.Wait()
+	<-aborted
+	if err != nil {
+		t.Fatal(err)
+	}
 	if on, _ := c.IPC(); on {
 		t.Fatal("the path is still on after close")
 	}
+	if !rt.has("MemFree") || !rt.has("IpcCloseMemHandle") || c.stats.LeakedBytes != 0 {
+		t.Fatalf("a completed handshake did not free the staging: %v, leaked %d", rt.calls, c.stats.LeakedBytes)
+	}
 }
 
-// closeIPCForTest clears the state as closeIPC does (both locks), without
-// the barrier a one-rank fake has no host communicator for.
-func (c *Comm) closeIPCForTest() {
+// TestIPCCloseHandshakeFailureLeaks: when the close barrier fails (a peer
+// died), the staging a peer's kernel may still write is not freed: it is
+// leaked and counted; the mappings of the peers' staging are closed.
+func TestIPCCloseHandshakeFailureLeaks(t *testing.T) {
+	c, rt := fakeComm(t, time.Minute)
+	c.host = hostComm(t)
+	c.host.Close() // the barrier fails
+	c.ipc = &ipcState{rt: rt, host: devrt.HostMem{Bytes: make([]byte, 64)}, bytes: 1 << 20, own: 0x9000, opened: []DevicePtr{0xa000}, timeout: time.Second}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.abortMu.Lock()
-	c.ipc = nil
-	c.abortMu.Unlock()
+	err := c.closeIPC(true)
+	c.mu.Unlock()
+	if err == nil {
+		t.Fatal("a failed handshake reported no error")
+	}
+	if rt.has("MemFree") || rt.has("HostFree") {
+		t.Fatalf("the staging was freed although a peer may still write it: %v", rt.calls)
+	}
+	if !rt.has("IpcCloseMemHandle") {
+		t.Fatalf("the peers' mappings were not closed: %v", rt.calls)
+	}
+	if c.stats.LeakedBytes != 1<<20 {
+		t.Fatalf("LeakedBytes %d, want %d", c.stats.LeakedBytes, 1<<20)
+	}
 }
 
 func (f *fakeRT) EventRecord(e devrt.Event, s devrt.Stream) error {
@@ -302,4 +350,12 @@ func TestLaunchGraphIsOrdered(t *testing.T) {
 	if fmt.Sprint(rt.calls) != fmt.Sprint(want) {
 		t.Fatalf("calls %v, want %v", rt.calls, want)
 	}
+}
+
+// ipcStateAbortForTest is Abort's access to the peer-memory state (the
+// abort word), without poisoning the communicator.
+func (c *Comm) ipcStateAbortForTest() {
+	c.abortMu.Lock()
+	defer c.abortMu.Unlock()
+	c.ipc.abort()
 }
