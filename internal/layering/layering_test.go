@@ -186,3 +186,60 @@ func TestCheckCatchesViolations(t *testing.T) {
 		}
 	}
 }
+
+// TestDocMapMatches: the map at the top of docs/architecture.md puts every
+// package on the floor this test does, and lists every package.
+func TestDocMapMatches(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "## Map of the module")
+	if start < 0 {
+		t.Fatal("docs/architecture.md has no \"## Map of the module\"")
+	}
+	rest := doc[start+1:]
+	if end := strings.Index(rest, "\n## "); end >= 0 {
+		rest = rest[:end]
+	}
+	floor := floorOf()
+	listed := map[string]bool{}
+	cur := -1
+	for _, line := range strings.Split(rest, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 4 || strings.HasPrefix(strings.TrimSpace(cols[1]), "---") || strings.TrimSpace(cols[1]) == "floor" {
+			continue
+		}
+		if f := strings.TrimSpace(cols[1]); f != "" {
+			var n int
+			if _, err := fmt.Sscanf(f, "%d", &n); err != nil {
+				t.Fatalf("floor cell %q", f)
+			}
+			cur = n
+		}
+		for _, part := range strings.Split(cols[2], "`")[1:] {
+			if strings.HasPrefix(part, ",") || strings.TrimSpace(part) == "" || strings.HasPrefix(part, " (") {
+				continue
+			}
+			p := part
+			if p == "detcoll" {
+				p = ""
+			}
+			listed[p] = true
+			if f, ok := floor[p]; !ok {
+				t.Errorf("the doc's map lists %s, which is on no floor here", name(p))
+			} else if f != cur {
+				t.Errorf("the doc's map puts %s on floor %d, the test on %d (%s)", name(p), cur, f, floors[f].name)
+			}
+		}
+	}
+	for p := range floor {
+		if !listed[p] {
+			t.Errorf("the doc's map does not list %s", name(p))
+		}
+	}
+	if len(listed) < 40 {
+		t.Errorf("read only %d packages from the doc's map", len(listed))
+	}
+}
