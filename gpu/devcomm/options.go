@@ -92,20 +92,19 @@ func (g Gather) String() string {
 }
 
 type config struct {
-	prefix      string
-	device      int
-	alg         detcoll.Algorithm
-	acc         detcoll.Accumulate
-	gather      Gather
-	chunk       int
-	checkAlloc  bool
-	initTO      time.Duration
-	waitTO      time.Duration
-	ipcBytes    int
-	ipcTimeout  time.Duration
-	vendor      string // "", "cuda" or "rocm" (devrt.Get)
-	th          Thresholds
-	thFromEnvOK bool // the environment's thresholds parsed (errors are reported by New)
+	prefix     string
+	device     int
+	alg        detcoll.Algorithm
+	acc        detcoll.Accumulate
+	gather     Gather
+	chunk      int
+	checkAlloc bool
+	initTO     time.Duration
+	waitTO     time.Duration
+	ipcBytes   int
+	ipcTimeout time.Duration
+	vendor     string // "", "cuda" or "rocm" (devrt.Get)
+	th         Thresholds
 }
 
 // Option configures New.

@@ -41,13 +41,17 @@ func decodeSig(b []byte) signature {
 		laneHash: binary.LittleEndian.Uint64(b[20:]), chunk: binary.LittleEndian.Uint64(b[28:])}
 }
 
-// hash is the full 64-bit FNV-1a hash of the encoded signature.
+// hash is the full 64-bit FNV-1a hash of the encoded signature (written
+// out: no allocation per call).
 func (s signature) hash() uint64 {
 	var b [sigBytes]byte
 	s.encode(b[:])
-	h := fnv.New64a()
-	h.Write(b[:])
-	return h.Sum64()
+	h := uint64(14695981039346656037)
+	for _, x := range b {
+		h ^= uint64(x)
+		h *= 1099511628211
+	}
+	return h
 }
 
 // flagHash is the 32 bits of the hash that the peer-memory kernels

@@ -3,6 +3,7 @@ package devcomm
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"math"
 	"testing"
 	"time"
@@ -167,4 +168,28 @@ func TestNewWithoutGPU(t *testing.T) {
 		t.Fatal("New succeeded without a GPU")
 	}
 	t.Logf("New without a GPU: %v", err)
+}
+
+// TestSignatureHash: the hash is FNV-1a of the encoding, differs between
+// signatures that differ in one field, and the flag hash is never 0.
+func TestSignatureHash(t *testing.T) {
+	a := signature{op: opAllReduce, dt: uint8(dtype.FP32), count: 1843427}
+	b := a
+	b.dt, b.count = uint8(dtype.BF16), 3686854 // same bytes, another call
+	var enc [sigBytes]byte
+	a.encode(enc[:])
+	h := fnv.New64a()
+	h.Write(enc[:])
+	if a.hash() != h.Sum64() {
+		t.Fatalf("hash %#x, FNV-1a %#x", a.hash(), h.Sum64())
+	}
+	if a.hash() == b.hash() || a.flagHash() == b.flagHash() {
+		t.Fatal("two signatures share a hash")
+	}
+	if a.flagHash() == 0 || b.flagHash() == 0 {
+		t.Fatal("a flag hash is 0")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = a.flagHash() }); n != 0 {
+		t.Fatalf("flagHash allocates %v times", n)
+	}
 }

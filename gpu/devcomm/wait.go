@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/gpu/devrt"
 )
 
@@ -203,10 +202,4 @@ func (c *Comm) AsyncError() error {
 		return c.usable(op)
 	}
 	return nil
-}
-
-// errorOf wraps a wait's error for op (helper for tests and callers that
-// do not poison).
-func (c *Comm) errorOf(op string, err error) error {
-	return &detcoll.Error{Op: op, Rank: c.rank, Peer: -1, Err: err}
 }
