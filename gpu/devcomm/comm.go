@@ -434,6 +434,13 @@ func (c *Comm) run(ctx context.Context, k call) error {
 	}
 	ipc := c.ipc != nil && (cc.alg == detcoll.OneShot || cc.alg == detcoll.TwoShot)
 	c.sigHash = sig.flagHash()
+	// The enqueue itself can block (ncclGroupEnd connects to peers
+	// lazily, and waits for a dead one): when ctx ends first, Abort
+	// unblocks it and the call fails, poisoning the communicator.
+	if ctx != nil && ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { _ = c.Abort() })
+		defer stop()
+	}
 	if !k.op.gathers() || ipc {
 		return c.enqueueOrdered(k, cc)
 	}

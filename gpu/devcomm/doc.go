@@ -111,7 +111,10 @@
 // peer-memory error word and the abort flag: a peer that died (its process
 // exited, or it stopped calling) leaves NCCL's kernel spinning, so the wait
 // ends with NCCL's asynchronous error or ErrWaitTimeout, NCCL is aborted and
-// the Comm poisoned. AsyncError also poisons. Abort, from any goroutine and
+// the Comm poisoned. A call's context bounds its signature check and its
+// enqueue (which can block in NCCL, waiting for a dead peer): when it ends
+// first, the Comm aborts itself and the call fails. AsyncError also
+// poisons. Abort, from any goroutine and
 // while another call holds the Comm, aborts NCCL (ncclCommAbort) and the
 // peer-memory kernels and poisons (ErrAborted). Close never frees memory a
 // device may still write: when the streams did not drain, or the

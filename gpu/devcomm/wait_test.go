@@ -361,3 +361,50 @@ func (c *Comm) ipcStateAbortForTest() {
 	defer c.abortMu.Unlock()
 	c.ipc.abort()
 }
+
+// blockingRT blocks in StreamCapturing (standing in for an enqueue that
+// waits for a dead peer in ncclGroupEnd) until the communicator is
+// aborted, as ncclCommAbort makes NCCL return.
+type blockingRT struct {
+	*fakeRT
+	c *Comm
+}
+
+func (r *blockingRT) StreamCapturing(devrt.Stream) (bool, error) {
+	for !r.c.aborted.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return false, errors.New("ncclInternalError: aborted")
+}
+
+// TestContextBoundsTheEnqueue: a collective whose enqueue blocks returns
+// when its context ends (the communicator aborts itself), poisoned.
+func TestContextBoundsTheEnqueue(t *testing.T) {
+	c, frt := fakeComm(t, time.Minute)
+	c.rt = &blockingRT{fakeRT: frt, c: c}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.AllReduce(ctx, Buffer{}, Buffer{}, 0, dtype.FP32)
+	if err == nil {
+		t.Fatal("a blocked enqueue returned no error")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("returned after %v with a 100ms context", d)
+	}
+	if c.Err() == nil {
+		t.Fatal("not poisoned")
+	}
+	// A call that completes before its context ends leaves the
+	// communicator alone.
+	c2, _ := fakeComm(t, time.Minute)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := c2.AllReduce(ctx2, Buffer{}, Buffer{}, 0, dtype.FP32); err != nil {
+		t.Fatal(err)
+	}
+	cancel2()
+	time.Sleep(20 * time.Millisecond)
+	if c2.aborted.Load() || c2.Err() != nil {
+		t.Fatal("a finished call's context aborted the communicator")
+	}
+}
