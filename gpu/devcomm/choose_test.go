@@ -1,9 +1,13 @@
 package devcomm
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/cluster"
 )
 
 // TestChoose: the automatic choice as a table over (op, size, W, topology)
@@ -114,5 +118,29 @@ func TestThresholdsFromEnv(t *testing.T) {
 	t.Setenv(IPCBlocksEnv, "999")
 	if _, err := defaultConfig(); err == nil {
 		t.Fatal("an out-of-range DETCOLL_IPC_BLOCKS was accepted")
+	}
+}
+
+// TestNewRejectsBadThresholds: WithThresholds and WithWaitTimeout are
+// checked at New, before any device work, on every rank.
+func TestNewRejectsBadThresholds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	job, err := cluster.Init(ctx, cluster.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Close()
+	bad := DefaultThresholds()
+	bad.IPCMaxBlocks = 0
+	for _, o := range []Option{WithThresholds(bad), WithWaitTimeout(0)} {
+		c, err := New(ctx, job, o)
+		if err == nil {
+			c.Close()
+			t.Fatal("New accepted a bad option")
+		}
+		if !errors.Is(err, detcoll.ErrInvalidArgument) {
+			t.Fatalf("New = %v, want ErrInvalidArgument", err)
+		}
 	}
 }
