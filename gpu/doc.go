@@ -1,10 +1,10 @@
-// Package gpu is detcoll's device layer for NVIDIA and AMD GPUs: devices
-// and their memory, and the deterministic reduce kernels — one CUDA C
-// source embedded in the binary (kernels/reduce.cu), compiled on first use
-// for the device's own architecture and cached: by NVRTC on NVIDIA
-// (internal/nvrtc), by hiprtc on AMD (internal/hiprtc). Both vendors go
-// through the vendor-neutral runtime of package gpu/devrt (gpu/devrt/cudart,
-// gpu/devrt/hiprt); the AMD side has never run on AMD hardware
+// Package gpu is detcoll's device layer, for both vendors: devices and
+// their memory, streams and graphs, and the deterministic reduce kernels —
+// CUDA C embedded in the binary (package gpu/kernels), compiled on first
+// use for the device's own architecture and cached, by NVRTC on NVIDIA and
+// by hiprtc on AMD. It is written against the vendor-neutral runtime of
+// package gpu/devrt (Open picks the runtime as devrt.Get does; OpenWith
+// takes one) and imports no vendor binding. The AMD side has never run on AMD hardware
 // (docs/rocm.md).
 //
 // # The arithmetic contract
@@ -20,21 +20,22 @@
 // # Devices, threads and contexts
 //
 // A *Device owns one retain of its GPU's primary context (the context the
-// CUDA runtime and NCCL also use; on AMD, HIP's current device). Every Device method, and every launch of
+// CUDA runtime and NCCL also use; on AMD, the device of the HIP runtime). Every Device method, and every launch of
 // ReduceKernels, locks the calling goroutine to its OS thread, makes the
 // context current there and unlocks again, so callers need not care which
-// thread they run on. Code that calls internal/cuda directly for a device
-// wraps it in Device.Do. Methods are safe for concurrent use; work on one
+// thread they run on. Code that calls the runtime (or internal/cuda)
+// directly for a device wraps it in Device.Do. Methods are safe for concurrent use; work on one
 // stream is ordered as it is enqueued.
 //
 // # Memory and ownership
 //
-// Device memory is addressed by DevicePtr (devrt.Ptr, for both vendors). Alloc'd memory belongs to
+// Device memory is addressed by devrt.Ptr (cuda.DevicePtr and
+// hip.DevicePtr are the same type). Alloc'd memory belongs to
 // the caller, who frees it with Free before Close. Copies and fills with Go
 // slices (CopyHtoD, CopyDtoH, CopyDtoD, Memset) are complete when they
 // return, but they run on the legacy stream and do not wait for work queued
-// on other streams: synchronise a stream before reading what it wrote. Streams come from NewStream and go back with
-// DestroyStream; the zero stream is the legacy default stream (which cannot
+// on other streams: synchronise a stream before reading what it wrote.
+// Streams come from NewStream and go back with DestroyStream; the zero stream is the legacy default stream (which cannot
 // be captured into a graph).
 //
 // # Errors
@@ -43,7 +44,7 @@
 // large, an unsupported dtype or mode, misaligned or partially overlapping
 // buffers) wrap reduce.ErrArgs and are detected before anything is
 // enqueued. Driver and compiler failures are the vendor's errors
-// (*cuda.Error and *nvrtc.Error on NVIDIA, *hip.Error and *hiprtc.Error on
-// AMD). Without a usable driver (no GPU, or a build without cgo) Open fails
-// with an error saying so (wrapping the vendor's ErrUnavailable).
+// (*cuda.Error and *nvrtc.Error, or *hip.Error and *hiprtc.Error). Without
+// a usable driver (no GPU, or a build without cgo) Open fails with an error
+// wrapping the vendor's ErrUnavailable.
 package gpu

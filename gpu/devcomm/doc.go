@@ -103,6 +103,35 @@
 // call returns detcoll.ErrPoisoned wrapping the cause. Errors are
 // *detcoll.Error values naming the operation and the rank.
 //
+// # Bounded waits and Abort
+//
+// No host wait is unbounded. Synchronize (WithWaitTimeout, default
+// DefaultWaitTimeout; SynchronizeCtx takes a context) and Close poll the
+// stream (cuStreamQuery) and, between polls, ncclCommGetAsyncError, the
+// peer-memory error word and the abort flag: a peer that died (its process
+// exited, or it stopped calling) leaves NCCL's kernel spinning, so the wait
+// ends with NCCL's asynchronous error or ErrWaitTimeout, NCCL is aborted and
+// the Comm poisoned. A call's context bounds its signature check and its
+// enqueue (which can block in NCCL, waiting for a dead peer): when it ends
+// first, the Comm aborts itself and the call fails. AsyncError also
+// poisons. Abort, from any goroutine and
+// while another call holds the Comm, aborts NCCL (ncclCommAbort) and the
+// peer-memory kernels and poisons (ErrAborted). Close never frees memory a
+// device may still write: when the streams did not drain, or the
+// peer-memory close handshake failed, the workspace or the staging buffer
+// is leaked, logged and counted in Stats.LeakedBytes.
+//
+// # Where things are
+//
+// lifecycle.go (New, Close, Abort), options.go (Option, CallOption, the
+// environment), choose.go (Thresholds and the automatic choice), agree.go
+// and signature.go (the cross-rank signature check), comm.go (state, the
+// workspace, the frame of every call), collectives.go (the calls and their
+// argument checks, args.go), ccl_*.go (the NCCL-transport algorithms),
+// ipc_*.go and kernels/ipc*.cu (the peer-memory protocol and its kernels),
+// fast.go and kernels/fast.cu (the unrolled reduce kernels), wait.go (the
+// bounded waits). The verification harness is package gpu/devverify.
+//
 // # Algorithms and memory
 //
 // gather_tree: every rank's whole input is gathered into the workspace
@@ -124,9 +153,12 @@
 // ranks (both algorithms receive the same bytes, gather_tree in one NCCL
 // operation instead of two) the threshold is AutoA2ABytesTwoRanks. For the
 // reduce-scatters Auto is always a2a_tree, which receives W× fewer bytes.
+// These sizes are the defaults of Thresholds, a value of the communicator
+// (WithThresholds; Comm.Thresholds), and the choice is one pure function of
+// the operation, the size, W, the topology and the thresholds (choose.go).
 //
 // The gathers inside the reductions use grouped sends and receives from
-// AutoP2PBytes per rank and ncclAllGather below (GatherAuto; WithGather
+// Thresholds.P2PBytes per rank and ncclAllGather below (GatherAuto; WithGather
 // forces one). With a pipeline chunk set (WithChunkBytes; off by default),
 // reductions whose send/receive phase moves at least two chunks are
 // pipelined: the transfer of chunk i+1 (NCCL, on the call's stream)
@@ -154,6 +186,13 @@
 // like the others; every device wait is bounded (WithIPCTimeout) and a
 // timeout poisons the communicator with ErrIPCTimeout, reported by the next
 // call or Synchronize; Close meets every rank before freeing the staging.
+// Every launch carries the call's signature hash, which the kernels compare
+// with every peer's: ranks that called different collectives at the same
+// point (e.g. two already-validated collectives in different orders) get
+// detcoll.ErrMismatch (ErrIPCMismatch) instead of each other's data. A CUDA
+// graph of peer-memory collectives shares the staging and its sequence
+// counter with the eager calls: launch it with LaunchGraph, which orders it
+// after the previous call and before the next one.
 // Without peer memory OneShot and TwoShot run as GatherTree and A2ATree.
 // docs/ipc.md has the protocol, the thresholds and their measurements.
 package devcomm

@@ -194,3 +194,7 @@ func (c *Comm) reduceStrided(s Stream, dt dtype.DType, acc detcoll.Accumulate, o
 	}
 	return c.k.ReduceStrided(s, dt, acc, out, base, stride, w, count)
 }
+
+// FastReduce reports whether the fast reduce kernels (W = 2, 4, 8) are
+// loaded (FastReduceEnv=0 turns them off).
+func (c *Comm) FastReduce() bool { return c.fast != nil }

@@ -11,6 +11,7 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/internal/cudaemu"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -145,7 +146,7 @@ func TestFastKernelsOnHost(t *testing.T) {
 				in := make([][]byte, w)
 				for r := range in {
 					in[r] = make([]byte, count*sz)
-					fillVerifyInput(in[r], m.dt, uint64(1000*mi+ci), r)
+					gputest.FillInput(in[r], m.dt, uint64(1000*mi+ci), r)
 					if r%2 == 1 && ci%2 == 0 { // cancellation: x + (-x) and near misses
 						for i := 0; i+sz <= len(in[r]); i += 3 * sz {
 							copy(in[r][i:i+sz], in[r-1][i:i+sz])

@@ -15,6 +15,7 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/internal/cudaemu"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -41,17 +42,26 @@ static unsigned long long dc_emu_now_ns() {
 `
 
 // stdin (int64 little endian): W, ncoll, cap, timeout_ns, dead_rank,
-// dead_coll; per collective: op, tcode, nt, in_bytes, out_bytes, in_stride,
-// out_stride, inplace, mis_in, mis_out, lag_rank, lag_us, npieces, then per
+// dead_coll, procs, dead_mode, then every rank's order of the collectives
+// (W × ncoll indices); per collective: op, tcode, nt, in_bytes, out_bytes,
+// in_stride, out_stride, inplace, mis_in, mis_out, lag_rank, lag_us, sig,
+// npieces, then per
 // piece in_off, out_off, count, slot, base, grid; then the inputs (collective
 // major, rank minor). stdout: the outputs in the same order, then each
 // rank's host error word (u32).
 const ipcEmuMain = `
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 typedef void (*blockfn)(const dc_ipc&, int, int, int);
+static long long g_dead_mode = 0;  // 2: the dead rank's process exits in the middle of its collective
+static int g_dead = -1;
+static long long g_dead_coll = 0, g_cur = 0;  // per process: only with procs
 template <class K> void run_block(const dc_ipc& a, int b, int g, int nt) {
 	dc_ipc_blk s; s.seq = 0; s.stop = 0;
 	for (int k = 0; k < K::STEPS; ++k) {
 		for (int t = 0; t < nt; ++t) K::step(k, a, s, b, g, t, nt);
+		if (g_dead_mode == 2 && a.rank == g_dead && g_cur >= g_dead_coll && k == 1) _exit(0);  // data pushed, nothing signalled
 		if (s.stop) return;
 	}
 }
@@ -80,19 +90,29 @@ static blockfn pickfn(long long op, long long tc, int w) {
 	return pickw<dc_fp64>(op, w);
 }
 static long long rd() { long long v; if (fread(&v, 8, 1, stdin) != 1) { fprintf(stderr, "short input\n"); exit(2); } return v; }
-static char* zalloc(long long n) { char* p = (char*)aligned_alloc(256, (n + 511) / 256 * 256); memset(p, 0, (n + 511) / 256 * 256); return p; }
+// Shared anonymous memory, so that ranks can also be processes (fork).
+static char* zalloc(long long n) {
+	size_t sz = (size_t)((n + 4095) / 4096 * 4096 + 4096);
+	void* p = mmap(0, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) { perror("mmap"); exit(2); }
+	return (char*)p;
+}
 struct piece { long long in_off, out_off, count, slot, base, grid; };
 struct coll {
-	long long op, tc, nt, in_bytes, out_bytes, in_stride, out_stride, inplace, mis_in, mis_out, lag_rank, lag_us;
+	long long op, tc, nt, in_bytes, out_bytes, in_stride, out_stride, inplace, mis_in, mis_out, lag_rank, lag_us, sig;
 	std::vector<piece> pieces;
 	std::vector<char*> in, out;
 };
 int main() {
 	int w = (int)rd(); long long ncoll = rd(), cap = rd(), timeout = rd(), dead_rank = rd(), dead_coll = rd();
+	long long procs = rd();  // ranks as processes (fork) instead of threads
+	g_dead_mode = rd(); g_dead = (int)dead_rank; g_dead_coll = dead_coll;
+	std::vector<std::vector<long long> > order(w, std::vector<long long>(ncoll));
+	for (int r = 0; r < w; r++) for (long long k = 0; k < ncoll; k++) order[r][k] = rd();
 	std::vector<coll> cs(ncoll);
 	for (auto& c : cs) {
 		c.op = rd(); c.tc = rd(); c.nt = rd(); c.in_bytes = rd(); c.out_bytes = rd(); c.in_stride = rd(); c.out_stride = rd();
-		c.inplace = rd(); c.mis_in = rd(); c.mis_out = rd(); c.lag_rank = rd(); c.lag_us = rd();
+		c.inplace = rd(); c.mis_in = rd(); c.mis_out = rd(); c.lag_rank = rd(); c.lag_us = rd(); c.sig = rd();
 		long long np = rd();
 		for (long long i = 0; i < np; i++) { piece p; p.in_off = rd(); p.out_off = rd(); p.count = rd(); p.slot = rd(); p.base = rd(); p.grid = rd(); c.pieces.push_back(p); }
 	}
@@ -110,30 +130,46 @@ int main() {
 	}
 	std::vector<char*> stage(w);
 	for (int r = 0; r < w; r++) stage[r] = zalloc(DC_IPC_HDR + 2 * cap);
-	std::vector<unsigned> herr(w, 0), habort(w, 0);
-	std::vector<std::thread> ranks;
-	for (int r = 0; r < w; r++) {
-		ranks.emplace_back([&, r]() {
-			for (long long k = 0; k < ncoll; k++) {
-				if (r == dead_rank && k >= dead_coll) return;
-				coll& c = cs[k];
-				if (r == c.lag_rank && c.lag_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(c.lag_us));
-				for (const piece& p : c.pieces) {
-					dc_ipc a; memset(&a, 0, sizeof a);
-					for (int q = 0; q < w; q++) a.stage[q] = stage[q];
-					a.in = c.in[r] + p.in_off; a.out = c.out[r] + p.out_off;
-					a.count = p.count; a.in_stride = c.in_stride; a.out_stride = c.out_stride;
-					a.cap = cap; a.slot = p.slot; a.base = p.base; a.timeout_ns = timeout;
-					a.herr = &herr[r]; a.habort = &habort[r]; a.rank = r; a.w = w;
-					blockfn fn = pickfn(c.op, c.tc, w);
-					std::vector<std::thread> blocks;
-					for (int b = 0; b < (int)p.grid; b++) blocks.emplace_back([&, b]() { fn(a, b, (int)p.grid, (int)c.nt); });
-					for (auto& t : blocks) t.join();
-				}
+	unsigned* herr = (unsigned*)zalloc(4 * w);
+	unsigned* habort = (unsigned*)zalloc(4 * w);
+	auto rank_main = [&](int r) {
+		for (long long j = 0; j < ncoll; j++) {
+			if (r == dead_rank && j >= dead_coll) {
+				if (g_dead_mode == 1) _exit(0);  // the process exits between collectives
+				if (g_dead_mode == 0) return;    // the rank stops calling
 			}
-		});
+			g_cur = j;
+			coll& c = cs[order[r][j]];
+			if (r == c.lag_rank && c.lag_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(c.lag_us));
+			for (const piece& p : c.pieces) {
+				dc_ipc a; memset(&a, 0, sizeof a);
+				for (int q = 0; q < w; q++) a.stage[q] = stage[q];
+				a.in = c.in[r] + p.in_off; a.out = c.out[r] + p.out_off;
+				a.count = p.count; a.in_stride = c.in_stride; a.out_stride = c.out_stride;
+				a.cap = cap; a.slot = p.slot; a.base = p.base; a.timeout_ns = timeout;
+				a.herr = &herr[r]; a.habort = &habort[r]; a.rank = r; a.w = w; a.sig = (unsigned)c.sig;
+				blockfn fn = pickfn(c.op, c.tc, w);
+				std::vector<std::thread> blocks;
+				for (int b = 0; b < (int)p.grid; b++) blocks.emplace_back([&, b]() { fn(a, b, (int)p.grid, (int)c.nt); });
+				for (auto& t : blocks) t.join();
+			}
+		}
+	};
+	if (procs) {
+		std::vector<pid_t> pids;
+		fflush(stdout);
+		for (int r = 0; r < w; r++) {
+			pid_t pid = fork();
+			if (pid < 0) { perror("fork"); return 2; }
+			if (pid == 0) { rank_main(r); _exit(0); }
+			pids.push_back(pid);
+		}
+		for (pid_t pid : pids) { int st; waitpid(pid, &st, 0); }
+	} else {
+		std::vector<std::thread> ranks;
+		for (int r = 0; r < w; r++) ranks.emplace_back([&, r]() { rank_main(r); });
+		for (auto& t : ranks) t.join();
 	}
-	for (auto& t : ranks) t.join();
 	for (auto& c : cs)
 		for (int r = 0; r < w; r++) fwrite(c.out[r], 1, c.out_bytes, stdout);
 	for (int r = 0; r < w; r++) fwrite(&herr[r], 4, 1, stdout);
@@ -157,10 +193,14 @@ type emuColl struct {
 	misOut  int
 	lagRank int
 	lagUS   int
+	sig     uint32 // 0: derived from the collective (sigHash)
 	in      [][]byte
 }
 
 type emuRun struct {
+	procs     bool    // ranks as processes (fork) instead of threads
+	deadMode  int     // 0: the dead rank stops calling; 1: its process exits between collectives; 2: in the middle of one
+	order     [][]int // per rank, the order it calls the collectives (nil: 0, 1, …)
 	w         int
 	geom      ipcGeom
 	nt        int
@@ -173,6 +213,15 @@ type emuRun struct {
 	elapsed   time.Duration
 	tcodeOf   map[[2]int]int
 	launchLog []ipcPiece
+}
+
+// sigHash stands for the collective's signature hash (the same on every
+// rank for the same collective).
+func (c *emuColl) sigHash() uint32 {
+	if c.sig != 0 {
+		return c.sig
+	}
+	return signature{op: collOp(c.op) + 1, dt: uint8(c.dt), acc: uint8(c.acc), count: uint64(c.count)}.flagHash()
 }
 
 func emuTCode(dt dtype.DType, acc detcoll.Accumulate) int {
@@ -197,6 +246,17 @@ func (e *emuRun) run(t *testing.T, bin string) {
 	put(int(e.timeout))
 	put(e.deadRank)
 	put(e.deadColl)
+	put(map[bool]int{true: 1}[e.procs])
+	put(e.deadMode)
+	for r := 0; r < e.w; r++ {
+		for k := range e.colls {
+			if e.order != nil {
+				put(e.order[r][k])
+			} else {
+				put(k)
+			}
+		}
+	}
 	var data bytes.Buffer
 	for _, c := range e.colls {
 		sz := c.dt.Size()
@@ -223,6 +283,7 @@ func (e *emuRun) run(t *testing.T, bin string) {
 		put(c.misOut)
 		put(c.lagRank)
 		put(c.lagUS)
+		put(int(c.sigHash()))
 		put(k)
 		for i := 0; i < k; i++ {
 			p := e.geom.piece(c.op, esz, total, i)
@@ -334,7 +395,7 @@ func emuInputs(op ipcOp, dt dtype.DType, w, count int, seed uint64) [][]byte {
 	in := make([][]byte, w)
 	for r := range in {
 		in[r] = make([]byte, n)
-		fillVerifyInput(in[r], dt, seed, r)
+		gputest.FillInput(in[r], dt, seed, r)
 		if r%2 == 1 && seed%2 == 0 { // cancellation: x + (-x)
 			for i := 0; i+sz <= n; i += 3 * sz {
 				copy(in[r][i:i+sz], in[r-1][i:i+sz])

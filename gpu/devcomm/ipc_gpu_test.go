@@ -11,6 +11,7 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
 )
 
@@ -35,24 +36,6 @@ func ipcComm(t *testing.T, opts ...Option) *Comm {
 	return c
 }
 
-// TestGPUIPCVerify: one_shot, two_shot and the peer-memory AllGather and
-// ReduceScatter equal the oracle for every dtype and count (1, odd, prime,
-// large), in place, on another stream, many lanes, graph replays; with a
-// small capacity (many pieces) and with the default one.
-func TestGPUIPCVerify(t *testing.T) {
-	for _, capacity := range []int{256 << 10, DefaultIPCBytes} {
-		c := ipcComm(t, WithIPC(capacity))
-		res, err := Verify(testCtx(t), c, VerifyOptions{Algorithms: []detcoll.Algorithm{detcoll.OneShot, detcoll.TwoShot},
-			Accumulate: []detcoll.Accumulate{detcoll.AccumulateNative, detcoll.AccumulateF32}, LargeBytes: 64 << 20, Repeats: 2})
-		logResults(t, c, res, err)
-		t.Logf("capacity %d: staging %d bytes", capacity, c.IPCStagingBytes())
-		if got, limit := c.IPCStagingBytes(), 2*capacity+IPCHeaderBytes; got > limit {
-			t.Errorf("staging %d bytes > %d", got, limit)
-		}
-		must(t, c.Close())
-	}
-}
-
 // TestGPUIPCInterleavedLagging: many collectives of different kinds, sizes
 // and algorithms enqueued back to back, with one rank sleeping before
 // some calls (its kernels start late), keep their order and their bits.
@@ -62,7 +45,7 @@ func TestGPUIPCInterleavedLagging(t *testing.T) {
 	ctx := testCtx(t)
 	w, r, dev := c.Size(), c.Rank(), c.Device()
 	type call struct {
-		op    uint8
+		op    collOp
 		alg   detcoll.Algorithm
 		dt    dtype.DType
 		count int
@@ -75,7 +58,7 @@ func TestGPUIPCInterleavedLagging(t *testing.T) {
 	lag := rand.New(rand.NewPCG(uint64(r)+9, 1))
 	var calls []*call
 	for i := 0; i < 40; i++ {
-		k := &call{op: []uint8{opAllReduce, opReduceScatter, opAllGather}[rng.IntN(3)],
+		k := &call{op: []collOp{opAllReduce, opReduceScatter, opAllGather}[rng.IntN(3)],
 			alg: []detcoll.Algorithm{detcoll.OneShot, detcoll.TwoShot, detcoll.A2ATree, detcoll.GatherTree}[rng.IntN(4)],
 			dt:  []dtype.DType{dtype.BF16, dtype.FP32, dtype.FP16}[rng.IntN(3)], count: 1 + rng.IntN(700000)}
 		sz := k.dt.Size()
@@ -89,7 +72,7 @@ func TestGPUIPCInterleavedLagging(t *testing.T) {
 		k.in = make([][]byte, w)
 		for p := range k.in {
 			k.in[p] = make([]byte, inN)
-			fillVerifyInput(k.in[p], k.dt, uint64(i), p)
+			gputest.FillInput(k.in[p], k.dt, uint64(i), p)
 		}
 		switch k.op {
 		case opAllReduce:

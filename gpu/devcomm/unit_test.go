@@ -1,9 +1,9 @@
 package devcomm
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"hash/fnv"
 	"math"
 	"testing"
 	"time"
@@ -116,24 +116,14 @@ func TestChunks(t *testing.T) {
 }
 
 func TestCallOptions(t *testing.T) {
-	c := &Comm{size: 2, stream: 7, cfg: config{acc: detcoll.AccumulateNative}}
-	cc := c.resolve(nil, 1<<20)
-	if cc.stream != 7 || cc.alg != detcoll.GatherTree {
+	cfg := config{acc: detcoll.AccumulateNative}
+	cc := cfg.callOptions(7, nil)
+	if cc.stream != 7 || cc.alg != detcoll.Auto || cc.acc != detcoll.AccumulateNative {
 		t.Fatalf("defaults: %+v", cc)
 	}
-	cc = c.resolve([]CallOption{OnStream(9), WithAlgorithm(detcoll.A2ATree), WithAccumulate(detcoll.AccumulateF32)}, 1)
+	cc = cfg.callOptions(7, []CallOption{OnStream(9), WithAlgorithm(detcoll.A2ATree), WithAccumulate(detcoll.AccumulateF32)})
 	if cc.stream != 9 || cc.alg != detcoll.A2ATree || cc.acc != detcoll.AccumulateF32 {
 		t.Fatalf("options: %+v", cc)
-	}
-	if cc = c.resolve(nil, AutoA2ABytesTwoRanks); cc.alg != detcoll.A2ATree {
-		t.Fatalf("Auto at W=2 and %d bytes: %v", AutoA2ABytesTwoRanks, cc.alg)
-	}
-	c.size = 4
-	if cc = c.resolve(nil, AutoA2ABytes); cc.alg != detcoll.A2ATree {
-		t.Fatalf("Auto at W=4 and %d bytes: %v", AutoA2ABytes, cc.alg)
-	}
-	if cc = c.resolve(nil, AutoA2ABytes-1); cc.alg != detcoll.GatherTree {
-		t.Fatalf("Auto at W=4 below the threshold: %v", cc.alg)
 	}
 }
 
@@ -149,61 +139,6 @@ func TestSignatureRoundTrip(t *testing.T) {
 	}
 	if s.String() == "" {
 		t.Error("empty signature string")
-	}
-}
-
-func TestVerifyInputsAndExpectations(t *testing.T) {
-	a := make([]byte, 4096)
-	b := make([]byte, 4096)
-	fillVerifyInput(a, dtype.BF16, 9, 1)
-	fillVerifyInput(b, dtype.BF16, 9, 1)
-	if !bytes.Equal(a, b) {
-		t.Fatal("inputs are not a pure function of (dtype, seed, rank)")
-	}
-	fillVerifyInput(b, dtype.BF16, 9, 2)
-	if bytes.Equal(a, b) {
-		t.Fatal("two ranks got the same input")
-	}
-	// AllGather's expectation is the concatenation; ReduceScatter reduces block r.
-	l := &vlane{inBytes: 4, outBytes: 8, inputs: [][]byte{{1, 2, 3, 4}, {5, 6, 7, 8}}, want: make([]byte, 8)}
-	if err := expect(vcase{op: opAllGather, dt: dtype.Byte}, l, 2, 0); err != nil || !bytes.Equal(l.want, []byte{1, 2, 3, 4, 5, 6, 7, 8}) {
-		t.Fatalf("AllGather expectation %v, %v", l.want, err)
-	}
-	one := math.Float32bits(1)
-	two := math.Float32bits(2)
-	in0, in1 := make([]byte, 8), make([]byte, 8)
-	putLE(in0, uint64(one), 4)
-	putLE(in0[4:], uint64(two), 4)
-	putLE(in1, uint64(two), 4)
-	putLE(in1[4:], uint64(two), 4)
-	l = &vlane{inBytes: 8, outBytes: 4, inputs: [][]byte{in0, in1}, want: make([]byte, 4)}
-	if err := expect(vcase{op: opReduceScatter, dt: dtype.FP32}, l, 2, 1); err != nil {
-		t.Fatal(err)
-	}
-	if got := math.Float32frombits(uint32(l.want[0]) | uint32(l.want[1])<<8 | uint32(l.want[2])<<16 | uint32(l.want[3])<<24); got != 4 {
-		t.Fatalf("ReduceScatter block 1 = %v, want 4", got)
-	}
-}
-
-func TestParallel(t *testing.T) {
-	got := make([]int, 1000)
-	err := parallel(len(got), 7, func(lo, hi int) error {
-		for i := lo; i < hi; i++ {
-			got[i]++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range got {
-		if v != 1 {
-			t.Fatalf("element %d visited %d times", i, v)
-		}
-	}
-	want := errors.New("boom")
-	if err := parallel(10, 1, func(lo, hi int) error { return want }); !errors.Is(err, want) {
-		t.Fatalf("parallel error = %v", err)
 	}
 }
 
@@ -235,14 +170,26 @@ func TestNewWithoutGPU(t *testing.T) {
 	t.Logf("New without a GPU: %v", err)
 }
 
-func TestReduceScatterAutoIsA2A(t *testing.T) {
-	for _, w := range []int{2, 3, 8} {
-		c := &Comm{size: w, cfg: config{alg: detcoll.Auto}}
-		if cc := c.resolveRS(nil, 0); cc.alg != detcoll.A2ATree {
-			t.Fatalf("W=%d: Auto reduce-scatter resolved to %v", w, cc.alg)
-		}
-		if cc := c.resolveRS([]CallOption{WithAlgorithm(detcoll.GatherTree)}, 0); cc.alg != detcoll.GatherTree {
-			t.Fatalf("W=%d: a forced gather_tree became %v", w, cc.alg)
-		}
+// TestSignatureHash: the hash is FNV-1a of the encoding, differs between
+// signatures that differ in one field, and the flag hash is never 0.
+func TestSignatureHash(t *testing.T) {
+	a := signature{op: opAllReduce, dt: uint8(dtype.FP32), count: 1843427}
+	b := a
+	b.dt, b.count = uint8(dtype.BF16), 3686854 // same bytes, another call
+	var enc [sigBytes]byte
+	a.encode(enc[:])
+	h := fnv.New64a()
+	h.Write(enc[:])
+	if a.hash() != h.Sum64() {
+		t.Fatalf("hash %#x, FNV-1a %#x", a.hash(), h.Sum64())
+	}
+	if a.hash() == b.hash() || a.flagHash() == b.flagHash() {
+		t.Fatal("two signatures share a hash")
+	}
+	if a.flagHash() == 0 || b.flagHash() == 0 {
+		t.Fatal("a flag hash is 0")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = a.flagHash() }); n != 0 {
+		t.Fatalf("flagHash allocates %v times", n)
 	}
 }

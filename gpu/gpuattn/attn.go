@@ -261,240 +261,312 @@ func negZeroBF16(n int) []byte {
 }
 
 // run is the CP ag_rs attention flow (forward, then backward) on o, over
-// o.size() ranks; bf16.
+// o.size() ranks; bf16. Each step is a method of flow, in order: upload the
+// shard and the index tables, all-gather and reorder Q, K, V and the
+// positions, the core on the host, deliver this rank's rows of (out, lse),
+// then the backward and the delivery of the root's gradients.
 func run(ctx context.Context, o ops, in Inputs, heads, headDim int, scale float32) (res *Result, err error) {
-	w, rank := o.size(), o.rank()
-	per := len(in.Pos)
-	n := w * per
-	width := heads * headDim
-	rowB, lseRowB := 2*width, 4*heads
-	shardB := per * rowB
-	for _, b := range [][]byte{in.Q, in.K, in.V, in.DOut} {
-		if len(b) != shardB {
-			return nil, fmt.Errorf("gpuattn: %d bytes for a %d×%d bf16 shard", len(b), per, width)
-		}
-	}
-	if w > 1 && per%2 != 0 {
-		return nil, fmt.Errorf("gpuattn: %d tokens per rank; the zigzag layout needs an even number", per)
-	}
-	inv, order, mine, err := layout(w, rank, per)
+	f, err := newFlow(o, in, heads, headDim, scale)
 	if err != nil {
 		return nil, err
 	}
-
-	var allocs []DevicePtr
 	defer func() {
 		// download (or the last upload) has waited for the stream.
-		for _, p := range allocs {
-			if ferr := o.free(p); ferr != nil && err == nil {
-				err = ferr
-			}
+		if ferr := f.freeAll(); ferr != nil && err == nil {
+			err = ferr
 		}
 	}()
-	alloc := func(bytes int) (DevicePtr, error) {
-		p, err := o.alloc(bytes)
-		if err == nil {
-			allocs = append(allocs, p)
-		}
-		return p, err
+	if err := f.upload(in); err != nil {
+		return nil, err
 	}
-	put := func(src []byte) (DevicePtr, error) {
-		p, err := alloc(len(src))
-		if err == nil {
-			err = o.upload(p, src)
-		}
-		return p, err
+	if err := f.gatherForward(ctx); err != nil {
+		return nil, err
 	}
-	get := func(p DevicePtr, bytes int) ([]byte, error) {
-		b := make([]byte, bytes)
-		return b, o.download(b, p)
+	if err := f.core(); err != nil {
+		return nil, err
 	}
-
-	// This rank's shard and the index tables on the device.
-	var q, k, v, pos, dout, dInv, dOrder, dMine DevicePtr
-	for _, x := range []struct {
-		p   *DevicePtr
-		src []byte
-	}{{&q, in.Q}, {&k, in.K}, {&v, in.V}, {&pos, int32Bytes(in.Pos)}, {&dout, in.DOut},
-		{&dInv, int32Bytes(inv)}, {&dOrder, int32Bytes(order)}, {&dMine, int32Bytes(mine)}} {
-		if *x.p, err = put(x.src); err != nil {
-			return nil, err
-		}
+	res = &Result{FullOut: f.O.Bytes(), FullLSE: f.L.Bytes()}
+	if res.Out, res.LSE, err = f.shardOutputs(); err != nil {
+		return nil, err
 	}
-
-	// Forward: rank-ordered all-gather of Q, K, V and positions (bytes),
-	// then zigzag → sequence order.
-	gq, gk, gv, gpos := q, k, v, pos
-	if w > 1 {
-		for _, p := range []*DevicePtr{&gq, &gk, &gv} {
-			if *p, err = alloc(n * rowB); err != nil {
-				return nil, err
-			}
-		}
-		if gpos, err = alloc(4 * n); err != nil {
-			return nil, err
-		}
-		sends := []devcomm.Buffer{{Ptr: q, Bytes: shardB}, {Ptr: k, Bytes: shardB}, {Ptr: v, Bytes: shardB}, {Ptr: pos, Bytes: 4 * per}}
-		recvs := []devcomm.Buffer{{Ptr: gq, Bytes: n * rowB}, {Ptr: gk, Bytes: n * rowB}, {Ptr: gv, Bytes: n * rowB}, {Ptr: gpos, Bytes: 4 * n}}
-		if err := o.allGatherBytes(ctx, sends, recvs, []int{shardB, shardB, shardB, 4 * per}); err != nil {
-			return nil, fmt.Errorf("gpuattn: CP all-gather of Q, K, V and positions: %w", err)
-		}
-	}
-	var lq, lk, lv, lpos DevicePtr
-	for _, x := range []struct {
-		dst      *DevicePtr
-		src      DevicePtr
-		rowBytes int
-	}{{&lq, gq, rowB}, {&lk, gk, rowB}, {&lv, gv, rowB}, {&lpos, gpos, 4}} {
-		if *x.dst, err = alloc(n * x.rowBytes); err != nil {
-			return nil, err
-		}
-		if err := o.gatherRows(*x.dst, x.src, dInv, n, x.rowBytes); err != nil {
-			return nil, err
-		}
-	}
-
-	// The core on the host, over the whole sequence (the same on every rank).
-	mat := func(p DevicePtr) (*parallel.Matrix, error) {
-		b, err := get(p, n*rowB)
-		if err != nil {
-			return nil, err
-		}
-		return parallel.MatrixFromBytes(dtype.BF16, n, width, b)
-	}
-	Q, err := mat(lq)
+	dQ, dK, dV, err := f.backward(ctx)
 	if err != nil {
 		return nil, err
 	}
-	K, err := mat(lk)
+	grads, err := f.deliverGrads(ctx, dQ, dK, dV)
 	if err != nil {
 		return nil, err
-	}
-	V, err := mat(lv)
-	if err != nil {
-		return nil, err
-	}
-	pb, err := get(lpos, 4*n)
-	if err != nil {
-		return nil, err
-	}
-	P := make([]int32, n)
-	for i := range P {
-		P[i] = int32(binary.LittleEndian.Uint32(pb[4*i:]))
-	}
-	O, L, err := parallel.AttentionCore(Q, K, V, P, heads, headDim, scale)
-	if err != nil {
-		return nil, err
-	}
-	res = &Result{FullOut: O.Bytes(), FullLSE: L.Bytes()}
-
-	// This rank's shard of (out, lse): its rows of its own core output, which
-	// is bit for bit the root's (see the package doc), so no Scatter.
-	fo, err := put(O.Bytes())
-	if err != nil {
-		return nil, err
-	}
-	fl, err := put(L.Bytes())
-	if err != nil {
-		return nil, err
-	}
-	so, err := alloc(shardB)
-	if err != nil {
-		return nil, err
-	}
-	sl, err := alloc(per * lseRowB)
-	if err != nil {
-		return nil, err
-	}
-	if err := o.gatherRows(so, fo, dMine, per, rowB); err != nil {
-		return nil, err
-	}
-	if err := o.gatherRows(sl, fl, dMine, per, lseRowB); err != nil {
-		return nil, err
-	}
-	if res.Out, err = get(so, shardB); err != nil {
-		return nil, err
-	}
-	if res.LSE, err = get(sl, per*lseRowB); err != nil {
-		return nil, err
-	}
-
-	// Backward: all-gather of the output gradient, reorder, core backward.
-	gdo := dout
-	if w > 1 {
-		if gdo, err = alloc(n * rowB); err != nil {
-			return nil, err
-		}
-		err := o.allGatherBytes(ctx, []devcomm.Buffer{{Ptr: dout, Bytes: shardB}}, []devcomm.Buffer{{Ptr: gdo, Bytes: n * rowB}}, []int{shardB})
-		if err != nil {
-			return nil, fmt.Errorf("gpuattn: CP all-gather of the output gradient: %w", err)
-		}
-	}
-	ldo, err := alloc(n * rowB)
-	if err != nil {
-		return nil, err
-	}
-	if err := o.gatherRows(ldo, gdo, dInv, n, rowB); err != nil {
-		return nil, err
-	}
-	DO, err := mat(ldo)
-	if err != nil {
-		return nil, err
-	}
-	dQ, dK, dV, err := parallel.AttentionCoreBackward(Q, K, V, O, L, DO, P, heads, headDim, scale)
-	if err != nil {
-		return nil, err
-	}
-
-	// Delivery of the root's gradients: at CP = 1 this rank's rows; at CP = W
-	// one three-lane reduce-scatter, the root's gradients in the ranks'
-	// rank-ordered zigzag blocks, every other rank -0.
-	grads := make([]DevicePtr, 3)
-	for i := range grads {
-		if grads[i], err = alloc(shardB); err != nil {
-			return nil, err
-		}
-	}
-	if w == 1 {
-		for i, m := range []*parallel.Matrix{dQ, dK, dV} {
-			full, err := put(m.Bytes())
-			if err != nil {
-				return nil, err
-			}
-			if err := o.gatherRows(grads[i], full, dMine, per, rowB); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		sends := make([]devcomm.Buffer, 3)
-		recvs := make([]devcomm.Buffer, 3)
-		for i, m := range []*parallel.Matrix{dQ, dK, dV} {
-			var send DevicePtr
-			if rank == 0 {
-				full, err := put(m.Bytes())
-				if err != nil {
-					return nil, err
-				}
-				if send, err = alloc(n * rowB); err != nil {
-					return nil, err
-				}
-				if err := o.gatherRows(send, full, dOrder, n, rowB); err != nil {
-					return nil, err
-				}
-			} else if send, err = put(negZeroBF16(n * rowB)); err != nil {
-				return nil, err
-			}
-			sends[i] = devcomm.Buffer{Ptr: send, Bytes: n * rowB}
-			recvs[i] = devcomm.Buffer{Ptr: grads[i], Bytes: shardB}
-		}
-		if err := o.reduceScatterBF16(ctx, sends, recvs, []int{per * width, per * width, per * width}); err != nil {
-			return nil, fmt.Errorf("gpuattn: CP reduce-scatter of dQ, dK and dV: %w", err)
-		}
 	}
 	for i, dst := range []*[]byte{&res.DQ, &res.DK, &res.DV} {
-		if *dst, err = get(grads[i], shardB); err != nil {
+		if *dst, err = f.get(grads[i], f.shardB); err != nil {
 			return nil, err
 		}
 	}
 	return res, nil
+}
+
+// flow is one run's state: sizes, device buffers (freed at the end), the
+// index tables and the host matrices of the core.
+type flow struct {
+	o                   ops
+	w, rank             int
+	per, n, width       int
+	heads, headDim      int
+	scale               float32
+	rowB, lseRowB       int
+	shardB              int
+	inv, order, mine    []int32
+	allocs              []DevicePtr
+	q, k, v, pos, dout  DevicePtr // this rank's shard
+	dInv, dOrder, dMine DevicePtr // the index tables
+	lq, lk, lv, lpos    DevicePtr // the whole sequence, in sequence order
+	Q, K, V, O, L       *parallel.Matrix
+	P                   []int32
+}
+
+func newFlow(o ops, in Inputs, heads, headDim int, scale float32) (*flow, error) {
+	f := &flow{o: o, w: o.size(), rank: o.rank(), per: len(in.Pos), heads: heads, headDim: headDim, scale: scale}
+	f.n, f.width = f.w*f.per, heads*headDim
+	f.rowB, f.lseRowB = 2*f.width, 4*heads
+	f.shardB = f.per * f.rowB
+	for _, b := range [][]byte{in.Q, in.K, in.V, in.DOut} {
+		if len(b) != f.shardB {
+			return nil, fmt.Errorf("gpuattn: %d bytes for a %d×%d bf16 shard", len(b), f.per, f.width)
+		}
+	}
+	if f.w > 1 && f.per%2 != 0 {
+		return nil, fmt.Errorf("gpuattn: %d tokens per rank; the zigzag layout needs an even number", f.per)
+	}
+	var err error
+	f.inv, f.order, f.mine, err = layout(f.w, f.rank, f.per)
+	return f, err
+}
+
+func (f *flow) alloc(bytes int) (DevicePtr, error) {
+	p, err := f.o.alloc(bytes)
+	if err == nil {
+		f.allocs = append(f.allocs, p)
+	}
+	return p, err
+}
+
+func (f *flow) put(src []byte) (DevicePtr, error) {
+	p, err := f.alloc(len(src))
+	if err == nil {
+		err = f.o.upload(p, src)
+	}
+	return p, err
+}
+
+func (f *flow) get(p DevicePtr, bytes int) ([]byte, error) {
+	b := make([]byte, bytes)
+	return b, f.o.download(b, p)
+}
+
+func (f *flow) freeAll() error {
+	var first error
+	for _, p := range f.allocs {
+		if err := f.o.free(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	f.allocs = nil
+	return first
+}
+
+// mat downloads the whole-sequence matrix at p.
+func (f *flow) mat(p DevicePtr) (*parallel.Matrix, error) {
+	b, err := f.get(p, f.n*f.rowB)
+	if err != nil {
+		return nil, err
+	}
+	return parallel.MatrixFromBytes(dtype.BF16, f.n, f.width, b)
+}
+
+// upload puts this rank's shard and the index tables on the device.
+func (f *flow) upload(in Inputs) error {
+	for _, x := range []struct {
+		p   *DevicePtr
+		src []byte
+	}{{&f.q, in.Q}, {&f.k, in.K}, {&f.v, in.V}, {&f.pos, int32Bytes(in.Pos)}, {&f.dout, in.DOut},
+		{&f.dInv, int32Bytes(f.inv)}, {&f.dOrder, int32Bytes(f.order)}, {&f.dMine, int32Bytes(f.mine)}} {
+		var err error
+		if *x.p, err = f.put(x.src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatherForward is the rank-ordered all-gather of Q, K, V and positions
+// (bytes), then zigzag → sequence order.
+func (f *flow) gatherForward(ctx context.Context) error {
+	n, rowB, shardB, per := f.n, f.rowB, f.shardB, f.per
+	gq, gk, gv, gpos := f.q, f.k, f.v, f.pos
+	var err error
+	if f.w > 1 {
+		for _, p := range []*DevicePtr{&gq, &gk, &gv} {
+			if *p, err = f.alloc(n * rowB); err != nil {
+				return err
+			}
+		}
+		if gpos, err = f.alloc(4 * n); err != nil {
+			return err
+		}
+		sends := []devcomm.Buffer{{Ptr: f.q, Bytes: shardB}, {Ptr: f.k, Bytes: shardB}, {Ptr: f.v, Bytes: shardB}, {Ptr: f.pos, Bytes: 4 * per}}
+		recvs := []devcomm.Buffer{{Ptr: gq, Bytes: n * rowB}, {Ptr: gk, Bytes: n * rowB}, {Ptr: gv, Bytes: n * rowB}, {Ptr: gpos, Bytes: 4 * n}}
+		if err := f.o.allGatherBytes(ctx, sends, recvs, []int{shardB, shardB, shardB, 4 * per}); err != nil {
+			return fmt.Errorf("gpuattn: CP all-gather of Q, K, V and positions: %w", err)
+		}
+	}
+	for _, x := range []struct {
+		dst      *DevicePtr
+		src      DevicePtr
+		rowBytes int
+	}{{&f.lq, gq, rowB}, {&f.lk, gk, rowB}, {&f.lv, gv, rowB}, {&f.lpos, gpos, 4}} {
+		if *x.dst, err = f.alloc(n * x.rowBytes); err != nil {
+			return err
+		}
+		if err := f.o.gatherRows(*x.dst, x.src, f.dInv, n, x.rowBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// core runs the attention core on the host, over the whole sequence (the
+// same on every rank).
+func (f *flow) core() error {
+	var err error
+	for _, x := range []struct {
+		m **parallel.Matrix
+		p DevicePtr
+	}{{&f.Q, f.lq}, {&f.K, f.lk}, {&f.V, f.lv}} {
+		if *x.m, err = f.mat(x.p); err != nil {
+			return err
+		}
+	}
+	pb, err := f.get(f.lpos, 4*f.n)
+	if err != nil {
+		return err
+	}
+	f.P = make([]int32, f.n)
+	for i := range f.P {
+		f.P[i] = int32(binary.LittleEndian.Uint32(pb[4*i:]))
+	}
+	f.O, f.L, err = parallel.AttentionCore(f.Q, f.K, f.V, f.P, f.heads, f.headDim, f.scale)
+	return err
+}
+
+// shardOutputs is this rank's shard of (out, lse): its rows of its own core
+// output, which is bit for bit the root's (see the package doc), so no
+// Scatter.
+func (f *flow) shardOutputs() (out, lse []byte, err error) {
+	for _, x := range []struct {
+		res     *[]byte
+		full    []byte
+		rowSize int
+	}{{&out, f.O.Bytes(), f.rowB}, {&lse, f.L.Bytes(), f.lseRowB}} {
+		full, err := f.put(x.full)
+		if err != nil {
+			return nil, nil, err
+		}
+		shard, err := f.alloc(f.per * x.rowSize)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := f.o.gatherRows(shard, full, f.dMine, f.per, x.rowSize); err != nil {
+			return nil, nil, err
+		}
+		if *x.res, err = f.get(shard, f.per*x.rowSize); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, lse, nil
+}
+
+// backward is the all-gather of the output gradient, the reorder and the
+// core backward.
+func (f *flow) backward(ctx context.Context) (dQ, dK, dV *parallel.Matrix, err error) {
+	n, rowB := f.n, f.rowB
+	gdo := f.dout
+	if f.w > 1 {
+		if gdo, err = f.alloc(n * rowB); err != nil {
+			return nil, nil, nil, err
+		}
+		err := f.o.allGatherBytes(ctx, []devcomm.Buffer{{Ptr: f.dout, Bytes: f.shardB}}, []devcomm.Buffer{{Ptr: gdo, Bytes: n * rowB}}, []int{f.shardB})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("gpuattn: CP all-gather of the output gradient: %w", err)
+		}
+	}
+	ldo, err := f.alloc(n * rowB)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := f.o.gatherRows(ldo, gdo, f.dInv, n, rowB); err != nil {
+		return nil, nil, nil, err
+	}
+	DO, err := f.mat(ldo)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return parallel.AttentionCoreBackward(f.Q, f.K, f.V, f.O, f.L, DO, f.P, f.heads, f.headDim, f.scale)
+}
+
+// deliverGrads delivers the root's gradients: at CP = 1 this rank's rows;
+// at CP = W one three-lane reduce-scatter, the root's gradients in the
+// ranks' rank-ordered zigzag blocks, every other rank -0.
+func (f *flow) deliverGrads(ctx context.Context, dQ, dK, dV *parallel.Matrix) ([]DevicePtr, error) {
+	grads := make([]DevicePtr, 3)
+	var err error
+	for i := range grads {
+		if grads[i], err = f.alloc(f.shardB); err != nil {
+			return nil, err
+		}
+	}
+	ms := []*parallel.Matrix{dQ, dK, dV}
+	if f.w == 1 {
+		for i, m := range ms {
+			full, err := f.put(m.Bytes())
+			if err != nil {
+				return nil, err
+			}
+			if err := f.o.gatherRows(grads[i], full, f.dMine, f.per, f.rowB); err != nil {
+				return nil, err
+			}
+		}
+		return grads, nil
+	}
+	sends := make([]devcomm.Buffer, 3)
+	recvs := make([]devcomm.Buffer, 3)
+	for i, m := range ms {
+		send, err := f.gradSend(m)
+		if err != nil {
+			return nil, err
+		}
+		sends[i] = devcomm.Buffer{Ptr: send, Bytes: f.n * f.rowB}
+		recvs[i] = devcomm.Buffer{Ptr: grads[i], Bytes: f.shardB}
+	}
+	lane := f.per * f.width
+	if err := f.o.reduceScatterBF16(ctx, sends, recvs, []int{lane, lane, lane}); err != nil {
+		return nil, fmt.Errorf("gpuattn: CP reduce-scatter of dQ, dK and dV: %w", err)
+	}
+	return grads, nil
+}
+
+// gradSend is this rank's input of the gradient reduce-scatter: on the
+// root its gradient in rank-ordered zigzag rows, elsewhere -0.
+func (f *flow) gradSend(m *parallel.Matrix) (DevicePtr, error) {
+	if f.rank != 0 {
+		return f.put(negZeroBF16(f.n * f.rowB))
+	}
+	full, err := f.put(m.Bytes())
+	if err != nil {
+		return 0, err
+	}
+	send, err := f.alloc(f.n * f.rowB)
+	if err != nil {
+		return 0, err
+	}
+	return send, f.o.gatherRows(send, full, f.dOrder, f.n, f.rowB)
 }

@@ -1,4 +1,4 @@
-// detcoll deterministic reduce kernels (DESIGN.md sections 2 and 3).
+// detcoll deterministic reduce kernels (docs/contract.md).
 //
 // Compiled at run time by NVRTC, and by hiprtc for AMD GPUs (ROCm: same
 // source, internal/hiprtc), with no headers at all:
@@ -280,8 +280,8 @@ __device__ __forceinline__ void dc_block(const dc_src& src, int list, int lo, in
 
 // dc_item reduces the N elements at byte offset off over the w inputs. For
 // w > 16 the roots of the aligned 16-rank blocks are combined by the same
-// binary counter (the tree over W is the tree over those roots, DESIGN.md
-// section 2), kept in local memory since it runs once per 16 inputs.
+// binary counter (the tree over W is the tree over those roots,
+// docs/contract.md), kept in local memory since it runs once per 16 inputs.
 template <class T, int N>
 __device__ __forceinline__ void dc_item(char* out, const dc_src& src, int list, int w, long long off) {
     typedef typename T::acc A;

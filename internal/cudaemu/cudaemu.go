@@ -105,12 +105,21 @@ func compile(name, source string) (string, error) {
 	return bin, nil
 }
 
+// RequireEnv, set to 1 (CI sets it), makes Build fail a test instead of
+// skipping it when there is no host compiler, so that CI cannot lose the
+// kernels' emulation coverage silently (like DETCOLL_REQUIRE_HIP for HIP).
+const RequireEnv = "DETCOLL_REQUIRE_HOSTCC"
+
 // Build is Compile for tests: it skips the test, saying why, when there is
-// no host compiler, and fails it on a compile error.
+// no host compiler (fails it with RequireEnv=1), and fails it on a compile
+// error.
 func Build(t testing.TB, name, source string) string {
 	t.Helper()
 	bin, err := Compile(name, source)
 	if errors.Is(err, ErrNoCompiler) {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("cannot emulate %s: %v (%s=1 requires a host C++ compiler)", name, err, RequireEnv)
+		}
 		t.Skipf("cannot emulate %s: %v", name, err)
 	}
 	if err != nil {

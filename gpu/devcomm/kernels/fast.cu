@@ -10,7 +10,7 @@
 //                  at a time; the host sets head/nvec, nvec > 0 only when
 //                  out and every input have the same address modulo 16
 //
-// The tree is the definition of DESIGN.md section 2, unrolled at compile
+// The tree is the definition of docs/contract.md, unrolled at compile
 // time: combine adjacent pairs (v0,v1), (v2,v3), … with the lower rank on
 // the left, carry an odd last value up, repeat until one value is left.
 // Each thread loads U vectors of every input before adding (more bytes in

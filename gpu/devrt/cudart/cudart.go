@@ -152,6 +152,9 @@ func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return cuda.MemsetD8(p,
 func (rt) SyncLegacy() error                           { return cuda.Stream(0).Synchronize() }
 func (rt) StreamDestroy(s devrt.Stream) error          { return cuda.Stream(s).Destroy() }
 func (rt) StreamSynchronize(s devrt.Stream) error      { return cuda.Stream(s).Synchronize() }
+
+// StreamQuery is cuStreamQuery (devcomm polls it for bounded waits).
+func (rt) StreamQuery(s devrt.Stream) (bool, error) { return cuda.Stream(s).Query() }
 func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
 	return cuda.Stream(s).WaitEvent(cuda.Event(e))
 }

@@ -140,6 +140,9 @@ func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return hip.MemsetD8(p, 
 func (rt) SyncLegacy() error                           { return hip.Stream(0).Synchronize() }
 func (rt) StreamDestroy(s devrt.Stream) error          { return hip.Stream(s).Destroy() }
 func (rt) StreamSynchronize(s devrt.Stream) error      { return hip.Stream(s).Synchronize() }
+
+// StreamQuery is hipStreamQuery (devcomm polls it for bounded waits).
+func (rt) StreamQuery(s devrt.Stream) (bool, error) { return hip.Stream(s).Query() }
 func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
 	return hip.Stream(s).WaitEvent(hip.Event(e))
 }

@@ -53,7 +53,7 @@ func CUDAEnvReport() string {
 }
 
 // VerifyCUDAJob checks the deterministic device collectives of the launched
-// job (every rank calls it) against the host oracle: devcomm.VerifyJob. Rows
+// job (every rank calls it) against the host oracle: devverify.VerifyJob. Rows
 // are this rank's.
 func VerifyCUDAJob(ctx context.Context, job *cluster.Job) ([]VerifyResult, error) {
 	return verifyDeviceJob(ctx, job, "cuda", "nccl")

@@ -8,13 +8,13 @@ import (
 
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
-	"github.com/detcoll/detcoll/gpu/devcomm"
+	"github.com/detcoll/detcoll/gpu/devverify"
 )
 
-// verifyDeviceJob is devcomm.VerifyJob on vendor ("cuda" or "rocm"), rows
+// verifyDeviceJob is devverify.VerifyJob on vendor ("cuda" or "rocm"), rows
 // labelled with transport ("nccl" or "rccl").
 func verifyDeviceJob(ctx context.Context, job *cluster.Job, vendor, transport string) ([]VerifyResult, error) {
-	res, err := devcomm.VerifyJob(ctx, job, devcomm.VerifyOptions{Vendor: vendor})
+	res, err := devverify.VerifyJob(ctx, job, devverify.VerifyOptions{Vendor: vendor})
 	rows := make([]VerifyResult, 0, len(res))
 	for _, r := range res {
 		dt, _ := dtype.Parse(r.DType)

@@ -1,21 +1,49 @@
-package devcomm
+// Package devverify checks a device communicator (gpu/devcomm) against the
+// host oracle, bit for bit: every collective, dtype, count and algorithm,
+// in place, on another stream, many lanes, CUDA-graph replays. It is the
+// engine of `detcoll verify --device cuda|rocm` and of the GPU tests; all
+// ranks call it together with the same options (it issues collectives).
+package devverify
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/gpu/devcomm"
+	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
 )
+
+type (
+	// Comm is the communicator under test.
+	Comm = devcomm.Comm
+	// Buffer is a device buffer of the communicator.
+	Buffer = devcomm.Buffer
+	// Stream is a stream of the communicator's runtime.
+	Stream = devcomm.Stream
+	// DevicePtr is a device address.
+	DevicePtr = devcomm.DevicePtr
+)
+
+// op is the collective of a case.
+type op uint8
+
+const (
+	opAllReduce op = iota + 1
+	opAllGather
+	opReduceScatter
+	opAllGatherMany
+	opReduceScatterMany
+)
+
+var opNames = []string{"?", "AllReduce", "AllGather", "ReduceScatter", "AllGatherMany", "ReduceScatterMany"}
 
 // VerifyOptions choose the checks of Verify. Every rank must pass the same
 // options.
@@ -81,7 +109,7 @@ func (r Result) String() string {
 
 // VerifyJob opens a communicator on the job (New), runs Verify and closes it.
 func VerifyJob(ctx context.Context, job *cluster.Job, opt VerifyOptions) ([]Result, error) {
-	c, err := New(ctx, job, WithVendor(opt.Vendor))
+	c, err := devcomm.New(ctx, job, devcomm.WithVendor(opt.Vendor))
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +128,14 @@ func VerifyJob(ctx context.Context, job *cluster.Job, opt VerifyOptions) ([]Resu
 // several times. All ranks must call it together with the same options. It
 // returns one Result per check; the error is for failures that stop the
 // run (a collective that fails poisons the communicator).
+// Verify runs every collective of the communicator on device memory and
+// compares the result on this rank with the host oracle (reduce.Oracle; for
+// AllGather the concatenation), bit for bit, over several repeats: every
+// dtype, count and algorithm; in place; on the communicator's stream and on
+// another stream; the many-lane variants; and a CUDA-graph capture replayed
+// several times. All ranks must call it together with the same options. It
+// returns one Result per check; the error is for failures that stop the
+// run (a collective that fails poisons the communicator).
 func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 	if opt.Algorithms == nil {
 		opt.Algorithms = []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree}
@@ -108,16 +144,6 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 		}
 	}
 	opt = opt.withDefaults()
-	var agAlgs []detcoll.Algorithm // GatherTree: NCCL, OneShot: peer memory
-	for _, a := range opt.Algorithms {
-		ag := detcoll.GatherTree
-		if a == detcoll.OneShot || a == detcoll.TwoShot {
-			ag = detcoll.OneShot
-		}
-		if !slices.Contains(agAlgs, ag) {
-			agAlgs = append(agAlgs, ag)
-		}
-	}
 	v := &verifier{c: c, opt: opt, dev: c.Device()}
 	var err error
 	if v.other, err = v.dev.NewStream(); err != nil {
@@ -127,65 +153,8 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 		_ = c.ReleaseStream(v.other)
 		_ = v.dev.DestroyStream(v.other)
 	}()
-	var cases []vcase
-	for _, dt := range opt.DTypes {
-		accs := []detcoll.Accumulate{detcoll.AccumulateNative}
-		if dt.Size() == 2 {
-			accs = opt.Accumulate
-		}
-		for _, n := range opt.Counts {
-			for _, acc := range accs {
-				for _, alg := range opt.Algorithms {
-					cases = append(cases,
-						vcase{op: opAllReduce, dt: dt, acc: acc, alg: alg, counts: []int{n}},
-						vcase{op: opReduceScatter, dt: dt, acc: acc, alg: alg, counts: []int{n}})
-				}
-			}
-			for _, ag := range agAlgs {
-				cases = append(cases, vcase{op: opAllGather, dt: dt, alg: ag, counts: []int{n}})
-			}
-		}
-	}
-	// In place, lanes and graphs on a few shapes.
-	for _, alg := range opt.Algorithms {
-		for _, n := range []int{7, 65537} {
-			cases = append(cases, vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{n}, inPlace: true})
-		}
-		if !opt.NoLanes {
-			cases = append(cases,
-				vcase{op: opReduceScatterMany, dt: dtype.BF16, alg: alg, counts: []int{3, 0, 4097, 1}},
-				vcase{op: opReduceScatterMany, dt: dtype.FP32, alg: alg, counts: []int{65536, 7}})
-		}
-		if !opt.NoGraph {
-			cases = append(cases,
-				vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{1000003}, graph: true},
-				vcase{op: opReduceScatter, dt: dtype.FP32, alg: alg, counts: []int{4099}, graph: true})
-		}
-	}
-	for _, ag := range agAlgs {
-		cases = append(cases, vcase{op: opAllGather, dt: dtype.FP16, alg: ag, counts: []int{65537}, inPlace: true})
-		if !opt.NoLanes {
-			cases = append(cases,
-				vcase{op: opAllGatherMany, dt: dtype.BF16, alg: ag, counts: []int{5, 0, 65536, 1}},
-				vcase{op: opAllGatherMany, dt: dtype.Byte, alg: ag, counts: []int{3, 1 << 20}})
-		}
-		if !opt.NoGraph {
-			cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{12345}, graph: true})
-		}
-	}
-	if opt.LargeBytes > 0 {
-		n := opt.LargeBytes / 2
-		for _, alg := range opt.Algorithms {
-			cases = append(cases,
-				vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{n}},
-				vcase{op: opReduceScatter, dt: dtype.BF16, alg: alg, counts: []int{n / c.Size()}})
-		}
-		for _, ag := range agAlgs {
-			cases = append(cases, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{n}})
-		}
-	}
 	var results []Result
-	for i, vc := range cases {
+	for i, vc := range cases(opt, c.Size()) {
 		vc.seed = opt.Seed*1_000_003 + uint64(i)
 		res := v.run(ctx, vc)
 		if opt.Log != nil {
@@ -197,6 +166,92 @@ func Verify(ctx context.Context, c *Comm, opt VerifyOptions) ([]Result, error) {
 		}
 	}
 	return results, nil
+}
+
+// gatherAlgorithms are the AllGather paths the reduction algorithms stand
+// for: GatherTree for NCCL, OneShot for peer memory.
+func gatherAlgorithms(algs []detcoll.Algorithm) []detcoll.Algorithm {
+	var out []detcoll.Algorithm
+	for _, a := range algs {
+		ag := detcoll.GatherTree
+		if a == detcoll.OneShot || a == detcoll.TwoShot {
+			ag = detcoll.OneShot
+		}
+		if !slices.Contains(out, ag) {
+			out = append(out, ag)
+		}
+	}
+	return out
+}
+
+// cases lists the checks of opt on w ranks, in the order every rank runs
+// them.
+func cases(opt VerifyOptions, w int) []vcase {
+	agAlgs := gatherAlgorithms(opt.Algorithms)
+	var cs []vcase
+	for _, dt := range opt.DTypes {
+		accs := []detcoll.Accumulate{detcoll.AccumulateNative}
+		if dt.Size() == 2 {
+			accs = opt.Accumulate
+		}
+		for _, n := range opt.Counts {
+			for _, acc := range accs {
+				for _, alg := range opt.Algorithms {
+					cs = append(cs,
+						vcase{op: opAllReduce, dt: dt, acc: acc, alg: alg, counts: []int{n}},
+						vcase{op: opReduceScatter, dt: dt, acc: acc, alg: alg, counts: []int{n}})
+				}
+			}
+			for _, ag := range agAlgs {
+				cs = append(cs, vcase{op: opAllGather, dt: dt, alg: ag, counts: []int{n}})
+			}
+		}
+	}
+	cs = append(cs, shapeCases(opt, agAlgs)...)
+	if opt.LargeBytes > 0 {
+		n := opt.LargeBytes / 2
+		for _, alg := range opt.Algorithms {
+			cs = append(cs,
+				vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{n}},
+				vcase{op: opReduceScatter, dt: dtype.BF16, alg: alg, counts: []int{n / w}})
+		}
+		for _, ag := range agAlgs {
+			cs = append(cs, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{n}})
+		}
+	}
+	return cs
+}
+
+// shapeCases are in place, lanes and graphs on a few shapes.
+func shapeCases(opt VerifyOptions, agAlgs []detcoll.Algorithm) []vcase {
+	var cs []vcase
+	for _, alg := range opt.Algorithms {
+		for _, n := range []int{7, 65537} {
+			cs = append(cs, vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{n}, inPlace: true})
+		}
+		if !opt.NoLanes {
+			cs = append(cs,
+				vcase{op: opReduceScatterMany, dt: dtype.BF16, alg: alg, counts: []int{3, 0, 4097, 1}},
+				vcase{op: opReduceScatterMany, dt: dtype.FP32, alg: alg, counts: []int{65536, 7}})
+		}
+		if !opt.NoGraph {
+			cs = append(cs,
+				vcase{op: opAllReduce, dt: dtype.BF16, alg: alg, counts: []int{1000003}, graph: true},
+				vcase{op: opReduceScatter, dt: dtype.FP32, alg: alg, counts: []int{4099}, graph: true})
+		}
+	}
+	for _, ag := range agAlgs {
+		cs = append(cs, vcase{op: opAllGather, dt: dtype.FP16, alg: ag, counts: []int{65537}, inPlace: true})
+		if !opt.NoLanes {
+			cs = append(cs,
+				vcase{op: opAllGatherMany, dt: dtype.BF16, alg: ag, counts: []int{5, 0, 65536, 1}},
+				vcase{op: opAllGatherMany, dt: dtype.Byte, alg: ag, counts: []int{3, 1 << 20}})
+		}
+		if !opt.NoGraph {
+			cs = append(cs, vcase{op: opAllGather, dt: dtype.BF16, alg: ag, counts: []int{12345}, graph: true})
+		}
+	}
+	return cs
 }
 
 func (o VerifyOptions) withDefaults() VerifyOptions {
@@ -222,7 +277,7 @@ func (o VerifyOptions) withDefaults() VerifyOptions {
 }
 
 type vcase struct {
-	op      uint8
+	op      op
 	dt      dtype.DType
 	acc     detcoll.Accumulate
 	alg     detcoll.Algorithm
@@ -315,70 +370,81 @@ func (v *verifier) run(ctx context.Context, vc vcase) (res Result) {
 		}
 	}()
 	for rep := 0; rep < v.opt.Repeats; rep++ {
-		if err := v.reset(vc, lanes); err != nil {
+		if err := v.repeat(ctx, vc, lanes, rep, &graph, &res); err != nil {
 			res.Error = err.Error()
 			return res
-		}
-		stream := v.c.Stream()
-		switch {
-		case vc.graph:
-			if graph == 0 {
-				// Once outside the capture (grows the workspace, checks the
-				// signature), then capture on the other stream.
-				if err := v.issue(ctx, vc, lanes, stream); err != nil {
-					res.Error = err.Error()
-					return res
-				}
-				if err := v.c.Synchronize(); err != nil {
-					res.Error = err.Error()
-					return res
-				}
-				if err := v.reset(vc, lanes); err != nil {
-					res.Error = err.Error()
-					return res
-				}
-				graph, err = v.dev.Capture(v.other, func() error { return v.issue(ctx, vc, lanes, v.other) })
-				if err != nil {
-					res.Error = "capture: " + err.Error()
-					return res
-				}
-			}
-			stream = v.other
-			err = v.dev.LaunchGraph(graph, v.other)
-		case rep == 1:
-			stream = v.other // a stream of the caller's, joined to the communicator's
-			err = v.issue(ctx, vc, lanes, stream)
-		default:
-			err = v.issue(ctx, vc, lanes, stream)
-		}
-		if err == nil {
-			err = v.dev.Synchronize(stream)
-		}
-		if err != nil {
-			res.Error = err.Error()
-			return res
-		}
-		for _, l := range lanes {
-			if err := v.dev.CopyDtoH(l.got, l.recv.Ptr); err != nil {
-				res.Error = err.Error()
-				return res
-			}
-			if !bytes.Equal(l.got, l.want) {
-				res.Bitwise = false
-			}
-			if rep == 0 {
-				l.first = append(l.first[:0], l.got...)
-			} else if !bytes.Equal(l.got, l.first) {
-				res.Stable = false
-			}
 		}
 	}
 	return res
 }
 
-// issue enqueues the case's collective on s.
+// repeat runs repeat rep of vc (eagerly, on the other stream for rep 1, or
+// as a graph replay) and compares the outputs with the oracle and with the
+// first repeat.
+func (v *verifier) repeat(ctx context.Context, vc vcase, lanes []*vlane, rep int, graph *gpu.GraphExec, res *Result) error {
+	if err := v.reset(vc, lanes); err != nil {
+		return err
+	}
+	stream := v.c.Stream()
+	var err error
+	switch {
+	case vc.graph:
+		if *graph == 0 {
+			if *graph, err = v.capture(ctx, vc, lanes); err != nil {
+				return err
+			}
+		}
+		stream = v.other
+		err = v.c.LaunchGraph(*graph, v.other)
+	case rep == 1:
+		stream = v.other // a stream of the caller's, joined to the communicator's
+		err = v.issue(ctx, vc, lanes, stream)
+	default:
+		err = v.issue(ctx, vc, lanes, stream)
+	}
+	if err == nil {
+		err = v.dev.Synchronize(stream)
+	}
+	if err != nil {
+		return err
+	}
+	for _, l := range lanes {
+		if err := v.dev.CopyDtoH(l.got, l.recv.Ptr); err != nil {
+			return err
+		}
+		if !bytes.Equal(l.got, l.want) {
+			res.Bitwise = false
+		}
+		if rep == 0 {
+			l.first = append(l.first[:0], l.got...)
+		} else if !bytes.Equal(l.got, l.first) {
+			res.Stable = false
+		}
+	}
+	return nil
+}
+
+// capture runs vc once outside a capture (grows the workspace, checks the
+// signature), then captures it on the other stream.
+func (v *verifier) capture(ctx context.Context, vc vcase, lanes []*vlane) (gpu.GraphExec, error) {
+	if err := v.issue(ctx, vc, lanes, v.c.Stream()); err != nil {
+		return 0, err
+	}
+	if err := v.c.Synchronize(); err != nil {
+		return 0, err
+	}
+	if err := v.reset(vc, lanes); err != nil {
+		return 0, err
+	}
+	g, err := v.dev.Capture(v.other, func() error { return v.issue(ctx, vc, lanes, v.other) })
+	if err != nil {
+		return 0, fmt.Errorf("capture: %w", err)
+	}
+	return g, nil
+}
+
 func (v *verifier) issue(ctx context.Context, vc vcase, lanes []*vlane, s Stream) error {
-	opts := []CallOption{OnStream(s), WithAlgorithm(vc.alg), WithAccumulate(vc.acc)}
+	opts := []devcomm.CallOption{devcomm.OnStream(s), devcomm.WithAlgorithm(vc.alg), devcomm.WithAccumulate(vc.acc)}
 	sends := make([]Buffer, len(lanes))
 	recvs := make([]Buffer, len(lanes))
 	for i, l := range lanes {
@@ -420,7 +486,7 @@ func (v *verifier) prepare(vc vcase) ([]*vlane, error) {
 		l.inputs = make([][]byte, w)
 		for p := range l.inputs {
 			l.inputs[p] = make([]byte, l.inBytes)
-			fillVerifyInput(l.inputs[p], vc.dt, vc.seed*31+uint64(li), p)
+			gputest.FillInput(l.inputs[p], vc.dt, vc.seed*31+uint64(li), p)
 		}
 		l.want = make([]byte, l.outBytes)
 		l.got = make([]byte, l.outBytes)
@@ -487,133 +553,11 @@ func expect(vc vcase, l *vlane, w, r int) error {
 	if vc.op == opReduceScatter || vc.op == opReduceScatterMany {
 		base = r * n
 	}
-	return parallel(n, 1<<15, func(lo, hi int) error {
+	return gputest.Parallel(n, 1<<15, func(lo, hi int) error {
 		ins := make([][]byte, w)
 		for p := range ins {
 			ins[p] = l.inputs[p][(base+lo)*sz : (base+hi)*sz]
 		}
 		return reduce.Oracle(vc.dt, vc.acc, ins, l.want[lo*sz:hi*sz])
 	})
-}
-
-// parallel runs fn over [0, n) in blocks on every core.
-func parallel(n, block int, fn func(lo, hi int) error) error {
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan int)
-	)
-	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for lo := range next {
-				if err := fn(lo, min(lo+block, n)); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for lo := 0; lo < n; lo += block {
-		next <- lo
-	}
-	close(next)
-	wg.Wait()
-	return first
-}
-
-// fillVerifyInput writes rank's input: mostly finite values of varied
-// magnitude and sign (sums sensitive to their order), with about one element
-// in 61 special: ±0, ±inf, a NaN with a payload, a subnormal, the largest
-// finite value. Generated in parallel; a pure function of (dt, seed, rank, index).
-func fillVerifyInput(dst []byte, dt dtype.DType, seed uint64, rank int) {
-	sz := dt.Size()
-	key := mix64(seed ^ mix64(uint64(rank)+1) ^ uint64(dt)<<56)
-	_ = parallel(len(dst)/sz, 1<<16, func(lo, hi int) error {
-		for i := lo; i < hi; i++ {
-			h := mix64(key + uint64(i)*0x9E3779B97F4A7C15)
-			putElem(dst[i*sz:], dt, h)
-		}
-		return nil
-	})
-}
-
-func putElem(b []byte, dt dtype.DType, h uint64) {
-	e := int((h>>52)&0xFF)%13 - 10
-	sign := h >> 63
-	f := math.Ldexp(1+float64(h&(1<<52-1))/(1<<52), e)
-	if sign != 0 {
-		f = -f
-	}
-	if (h>>8)%61 == 0 {
-		switch (h >> 16) % 7 {
-		case 0:
-			f = 0
-		case 1:
-			f = math.Copysign(0, -1)
-		case 2:
-			f = math.Inf(1)
-		case 3:
-			f = math.Inf(-1)
-		case 4:
-			f = math.NaN()
-		case 5:
-			f = 1e-300 // a subnormal after narrowing (or tiny in f64)
-		case 6:
-			f = math.MaxFloat64
-		}
-	}
-	switch dt {
-	case dtype.FP64:
-		bits := math.Float64bits(f)
-		if f != f {
-			bits = 0x7FF4000000000123 // a signalling NaN with a payload
-		}
-		putLE(b, bits, 8)
-	case dtype.FP32:
-		x := float32(f)
-		bits := math.Float32bits(x)
-		if f != f {
-			bits = 0xFFA00001
-		} else if f == 1e-300 {
-			bits = 0x00000003
-		}
-		putLE(b, uint64(bits), 4)
-	case dtype.BF16:
-		v := dtype.Float32ToBF16(float32(f))
-		if f != f {
-			v = 0xFF81
-		} else if f == 1e-300 {
-			v = 0x0003
-		}
-		putLE(b, uint64(v), 2)
-	case dtype.FP16:
-		v := dtype.Float32ToFP16(float32(f))
-		if f != f {
-			v = 0xFC01
-		} else if f == 1e-300 {
-			v = 0x0003
-		}
-		putLE(b, uint64(v), 2)
-	default:
-		putLE(b, h, dt.Size())
-	}
-}
-
-func putLE(b []byte, v uint64, n int) {
-	for i := 0; i < n; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
-}
-
-func mix64(x uint64) uint64 {
-	x += 0x9E3779B97F4A7C15
-	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
-	x = (x ^ x>>27) * 0x94D049BB133111EB
-	return x ^ x>>31
 }
