@@ -24,7 +24,7 @@ var floors = []struct {
 	pkgs []string
 }{
 	{"foundations", []string{"dtype", "tree", "store", "transport", "gpu/kernels", "internal/dl", "internal/kparams",
-		"internal/kcache", "internal/probefmt", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
+		"internal/kcache", "internal/probefmt", "internal/agree", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
 	{"host mechanics", []string{"reduce", "transport/inproc", "transport/tcp", "launch", "internal/ring",
 		"transport/transporttest", "store/storetest"}},
 	{"host communicator", []string{"", "cluster", "parallel", "bench"}},
@@ -34,7 +34,7 @@ var floors = []struct {
 	{"vendor runtimes", []string{"gpu/devrt/cudart", "gpu/devrt/hiprt", "gpu/rocm", "internal/gputest"}},
 	{"device library", []string{"gpu", "gpu/devcomm", "gpu/gpuattn", "gpu/gpuffn"}},
 	{"device tools", []string{"gpu/devverify", "gpu/devbench"}},
-	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll"}},
+	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll", "examples/allreduce", "launch/e2e", "launch/internal/testworker", "internal/torchref"}},
 }
 
 // testSupport may be imported by tests only; allowed lists the exceptions.
