@@ -7,7 +7,7 @@
 #
 #   CGO_ENABLED=1 go build -o bin/detcoll ./cmd/detcoll
 #   go test -c -o bin/gpu.test ./gpu
-#   for p in devcomm gpuffn gpuattn; do CGO_ENABLED=1 go test -c -o bin/$p.test ./gpu/$p; done
+#   for p in devcomm devverify gpuffn gpuattn; do CGO_ENABLED=1 go test -c -o bin/$p.test ./gpu/$p; done
 set -u -o pipefail
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
@@ -22,7 +22,7 @@ timeout 200 bin/gpu.test -test.run GPU -test.v -test.timeout 190s > "$OUT/tests-
 echo "== gpu (one process): $(count "$OUT/tests-gpu.log")"
 timeout 200 bin/devcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 190s > "$OUT/tests-devcomm-onegpu.log" 2>&1 || rc=1
 echo "== devcomm one-GPU W=2..8 kernels: $(count "$OUT/tests-devcomm-onegpu.log")"
-for p in devcomm gpuffn gpuattn; do
+for p in devcomm devverify gpuffn gpuattn; do
 	[ -x bin/$p.test ] || continue
 	timeout 300 bash -c "$(declare -f L); W=$W; L bin/$p.test -test.run GPU -test.v -test.timeout 280s" > "$OUT/tests-$p.log" 2>&1 || rc=1
 	echo "== $p ($W ranks): $(count "$OUT/tests-$p.log")"
