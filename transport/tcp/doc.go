@@ -14,16 +14,43 @@
 // Sub use prefix+"/sub/<id>" (prefix+"/sub/<id>#<n>" when this parent reuses
 // id for the n-th time), so keys never collide and the rendezvous is fresh.
 //
-// Before a connection carries frames, the dialer sends a 40-byte hello and
-// the acceptor answers accept or reject (reason code). Both carry the magic
-// "dcH1", protocol version, an FNV-1a 64 hash of the prefix, a hash of the
-// sub-group's member list, both ranks, the group size and a CRC-32C, so a
-// stray or mis-addressed connection is turned away: a non-detcoll peer is
-// dropped unanswered; a wrong prefix or rank is rejected and the dialer
-// retries (the address may be stale); a different protocol version or a
-// duplicate rank fails the dialer at once; a different group size or member
-// list under the same prefix fails Connect on both sides at once, since
-// waiting cannot cure it.
+// Before a connection carries frames, the dialer sends a 108-byte hello and
+// the acceptor answers. Every handshake message carries the magic "dcH2",
+// the protocol version, an FNV-1a 64 hash of the prefix, a hash of the
+// sub-group's member list, both ranks, the group size, flags, a nonce, a MAC
+// and a CRC-32C, so a stray or mis-addressed connection is turned away: a
+// non-detcoll peer is dropped unanswered; a wrong prefix or rank is rejected
+// and the dialer retries (the address may be stale); a different protocol
+// version or a duplicate rank fails the dialer at once; a different group
+// size or member list under the same prefix fails Connect on both sides at
+// once, since waiting cannot cure it.
+//
+// # Authentication
+//
+// With Options.Token (the job's shared secret; package cluster passes the
+// store's DETCOLL_TOKEN) the handshake is a mutual challenge/response:
+//
+//	dialer → acceptor  hello      (its fields, the dialer's fresh 32-byte nonce)
+//	acceptor → dialer  challenge  (its fields, its own fresh nonce, MAC_A)
+//	dialer → acceptor  auth       (MAC_D)
+//	acceptor → dialer  accept or reject
+//
+// MAC_A and MAC_D are HMAC-SHA256 under the token over a role label, the key
+// prefix, and the hello and the challenge as sent (prefix hash, member-list
+// hash, both ranks, both sides' group size, both nonces). The dialer checks
+// MAC_A before it sends MAC_D; the acceptor acts on nothing in the hello (not
+// its rank, not its size) until MAC_D verifies. A peer without the token, or
+// replaying a recorded handshake (the other side's nonce is new), is dropped
+// and Connect goes on waiting for the real rank: an impostor can neither take
+// a rank's place nor abort the job by claiming a wrong group size. A rank
+// that has a token meeting one that has none is rejected (reason: auth) and
+// retries until DialTimeout; the error says why.
+//
+// Without a token the handshake is two messages (hello, accept or reject)
+// and guards against mistakes, not attackers: whoever can reach a listener
+// and knows the group's prefix can take a missing rank's place, and a hello
+// with a wrong group size fails Connect. That is fine for single-host
+// development among trusted users; see docs/security.md.
 //
 // # Frames
 //
@@ -102,8 +129,11 @@
 //
 // # Security
 //
-// The handshake guards against mistakes, not attackers: there is no
-// authentication or encryption. Use it on a trusted network.
+// The token authenticates who connects; it does not encrypt or
+// integrity-protect the frames that follow (CRC-32C catches accidents, not
+// forgery), so an attacker on the path between two hosts can still read and
+// alter traffic. Use a trusted network, and a token whenever other users can
+// reach the listeners. docs/security.md has the whole picture.
 //
 // # Throughput
 //
