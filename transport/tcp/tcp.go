@@ -79,7 +79,7 @@ type direction struct {
 	bufs  [2][]byte
 	nb    net.Buffers
 	br    *bufio.Reader // receiving direction: one read syscall brings a small frame's header and payload
-	iw    inlineWrite // Exchange's non-blocking writev (sending direction)
+	iw    inlineWrite   // Exchange's non-blocking writev (sending direction)
 
 	// Sender's checksum helper (writeChunksParallel).
 	crcLoopFn func()
