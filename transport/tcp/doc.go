@@ -71,12 +71,23 @@
 // Send writes the header and each chunk with one writev (net.Buffers) on a
 // TCP_NODELAY socket; for frames of two chunks or more a helper goroutine,
 // started and joined within the call, computes the checksums ahead of the
-// writes. Recv reads the header, checks it (magic, header checksum, reserved
-// bytes, chunk shift: transport.ErrCorrupt), compares the tag and length
-// with what the caller expects (transport.ErrTagMismatch,
-// transport.ErrSizeMismatch) before touching the payload, then reads the
-// payload straight into the caller's buffer, checksumming each read's bytes
-// while they are in cache, and verifies every chunk (transport.ErrCorrupt).
+// writes. Recv reads through a 32 KiB buffer per peer, so a small frame's
+// header and payload arrive with one read syscall; it checks the header
+// (magic, header checksum, reserved bytes, chunk shift:
+// transport.ErrCorrupt), compares the tag and length with what the caller
+// expects (transport.ErrTagMismatch, transport.ErrSizeMismatch) before
+// touching the payload, then reads the payload into the caller's buffer
+// (reads of 32 KiB or more go straight there, bypassing the buffer),
+// checksumming each read's bytes while they are in cache, and verifies every
+// chunk (transport.ErrCorrupt).
+//
+// Exchange runs one collective step with every peer (a send to and a
+// receive from each) the way a goroutine per Send and Recv would, but
+// without goroutines for messages of at most 64 KiB: such frames are written
+// with one non-blocking writev from the calling goroutine and received on
+// it, after every send has started. Over loopback the goroutine hand-offs it
+// avoids cost more per 4 KiB message than the transport itself
+// (docs/benchmarks/tcp-lean-2026-12-01.md).
 // Nothing is ever allocated from a length on the wire, and with a context
 // that cannot be cancelled (such as context.Background) Send and Recv
 // allocate nothing at all.
@@ -91,9 +102,11 @@
 //
 // # Contexts
 //
-// Every call honours its context: the context's deadline becomes the
-// connection's read or write deadline for that direction, and cancellation
-// sets a deadline in the past through context.AfterFunc. A call whose
+// Every call honours its context: when the context ends (cancelled, or its
+// deadline passed) a context.AfterFunc callback sets a deadline in the past
+// on that direction of the connection, which makes the pending read or
+// write return; the connection carries no deadline of its own during a
+// call, so a call with a deadline costs no deadline update. A call whose
 // context ends before any byte of its frame moved returns the context's
 // error and leaves the connection usable. One whose context ends in the
 // middle of a frame returns an error matching both the context error and
