@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -323,4 +324,53 @@ func TestTokenSizeMismatchStillReported(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("disagreement took %v to report", d)
 	}
+}
+
+// TestHandshakeFloodDoesNotLockOut: 300 silent connections to rank 0's
+// listener (more than maxPendingHandshakes) are closed oldest first, and
+// the real rank 1 still connects.
+func TestHandshakeFloodDoesNotLockOut(t *testing.T) {
+	st, prefix := store.NewMemory(), uniquePrefix("flood")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opt := Options{Token: testToken}
+	type res struct {
+		tr  *Transport
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		tr, err := Connect(ctx, st, prefix, 0, 2, opt)
+		ch <- res{tr, err}
+	}()
+	var flood []*net.TCPConn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for range 300 {
+		flood = append(flood, rawDial(t, ctx, st, prefix, 0))
+	}
+	closed := 0
+	for _, c := range flood[:300-maxPendingHandshakes] {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
+	}
+	if closed != 300-maxPendingHandshakes {
+		t.Fatalf("%d of the oldest %d silent connections closed, want all", closed, 300-maxPendingHandshakes)
+	}
+	tr1, err := Connect(ctx, st, prefix, 1, 2, opt)
+	if err != nil {
+		t.Fatalf("real rank 1 during the flood: %v", err)
+	}
+	defer tr1.Close()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.tr.Close()
+	exchange(t, tr1, r.tr, 1, pattern(10000, 3))
 }

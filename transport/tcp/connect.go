@@ -164,6 +164,7 @@ type mesher struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
+	pending  []*net.TCPConn // accepted, handshake not finished, oldest first
 	conns    []*net.TCPConn
 	reserved []bool // an accepted hello from that rank is being answered
 	need     int    // higher ranks not connected yet
@@ -290,6 +291,14 @@ func (m *mesher) tune(c *net.TCPConn) {
 	}
 }
 
+// Limits on connections still in their handshake: at most
+// maxPendingHandshakes at once (a new one closes the oldest), each for at
+// most handshakeTimeout. A real rank's handshake takes a few round trips.
+const (
+	maxPendingHandshakes = 64
+	handshakeTimeout     = 10 * time.Second
+)
+
 // acceptLoop accepts the higher ranks until all have connected. Each
 // connection is handshaken in its own goroutine, so a silent stray cannot
 // hold up the others; strays still pending when the loop ends are dropped.
@@ -316,6 +325,16 @@ func (m *mesher) acceptLoop(ctx context.Context) error {
 			}
 			return fmt.Errorf("tcp: accept: %w", err)
 		}
+		m.mu.Lock()
+		m.pending = append(m.pending, c)
+		if len(m.pending) > maxPendingHandshakes {
+			// Close the oldest: a flood of silent connections must not
+			// use up this process's descriptors while the real rank,
+			// which answers at once, is still to come.
+			m.pending[0].Close()
+			m.pending = m.pending[1:]
+		}
+		m.mu.Unlock()
 		hs.Add(1)
 		go func() {
 			defer hs.Done()
@@ -394,6 +413,8 @@ func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8, authenticated boo
 // place or abort the group.
 func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	var from = -1
+	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
 	err := withConn(ctx, c, func() error {
 		var hb, cb [helloLen]byte
 		// Check the magic first: a stranger that sent a few bytes is
@@ -434,9 +455,13 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 		reason := m.check(h)
 		if reason == reasonNone {
 			m.mu.Lock()
-			if m.reserved[h.from] || m.conns[h.from] != nil {
+			switch {
+			case !m.unpend(c):
+				m.mu.Unlock()
+				return net.ErrClosed // evicted by a flood meanwhile; the dialer retries
+			case m.reserved[h.from] || m.conns[h.from] != nil:
 				reason = reasonDuplicate
-			} else {
+			default:
 				m.reserved[h.from] = true
 				from = int(h.from)
 			}
@@ -456,6 +481,7 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	if from >= 0 {
 		m.reserved[from] = false
 	}
+	m.unpend(c)
 	if err != nil {
 		c.Close()
 		return
@@ -510,6 +536,18 @@ func (m *mesher) noteStray(what string) {
 	m.mu.Lock()
 	m.rejected = what
 	m.mu.Unlock()
+}
+
+// unpend takes c off the pending list (from then on a flood cannot evict
+// it) and reports whether it was there. m.mu held.
+func (m *mesher) unpend(c *net.TCPConn) bool {
+	for i, x := range m.pending {
+		if x == c {
+			m.pending = append(m.pending[:i], m.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // rejectedError is a handshake the acceptor answered with a reject.

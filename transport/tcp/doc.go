@@ -46,6 +46,11 @@
 // that has a token meeting one that has none is rejected (reason: auth) and
 // retries until DialTimeout; the error says why.
 //
+// Connections still in their handshake are limited in number (64; a new
+// one closes the oldest, so a flood of silent connections cannot use up
+// descriptors while the real rank, which answers at once, is still to come)
+// and in time (10 s each).
+//
 // Without a token the handshake is two messages (hello, accept or reject)
 // and guards against mistakes, not attackers: whoever can reach a listener
 // and knows the group's prefix can take a missing rank's place, and a hello
