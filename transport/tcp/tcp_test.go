@@ -730,7 +730,9 @@ func TestDuplicateRankRejected(t *testing.T) {
 	cancel() // rank 1 never comes
 	select {
 	case err := <-errc:
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "[1]") {
+		// Rank 2 may be missing too: a cancel that lands just after the
+		// accept was written drops that connection, rightly (Connect fails).
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "ranks [1") {
 			t.Fatalf("want Canceled naming rank 1, got %v", err)
 		}
 	case <-time.After(3 * time.Second):
