@@ -165,11 +165,17 @@ func TestImpostorsDropped(t *testing.T) {
 		}
 	}()
 
+	// Both listeners are up before the impostors come.
+	for r := range 2 {
+		if _, err := st.Get(ctx, addrKey(prefix, r)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Impostors that run the real protocol with a wrong token or none: they
 	// fail (and time out retrying); ranks 0 and 1 keep waiting.
 	for _, tok := range []string{"wrong-token", ""} {
 		start := time.Now()
-		tr, err := Connect(ctx, st, prefix, 2, 3, Options{Token: tok, DialTimeout: 400 * time.Millisecond})
+		tr, err := Connect(ctx, st, prefix, 2, 3, Options{Token: tok, DialTimeout: time.Second})
 		if err == nil {
 			tr.Close()
 			t.Fatalf("impostor with token %q connected", tok)
@@ -285,7 +291,7 @@ func TestDialerAuthenticatesAcceptor(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = Connect(context.Background(), st, prefix, 1, 2, Options{Token: testToken, DialTimeout: 300 * time.Millisecond})
+	_, err = Connect(context.Background(), st, prefix, 1, 2, Options{Token: testToken, DialTimeout: time.Second})
 	ln.Close()
 	<-done
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "authentication failed") {

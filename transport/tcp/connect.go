@@ -574,6 +574,9 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 		addr, err := m.st.Get(ctx, addrKey(m.prefix, p))
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {
+				if last != nil {
+					return nil, fmt.Errorf("%w (last attempt: %v)", cause, last)
+				}
 				return nil, fmt.Errorf("waiting for rank %d's address: %w", p, cause)
 			}
 			return nil, fmt.Errorf("tcp: reading rank %d's address: %w", p, err)
@@ -594,7 +597,11 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 				return nil, fmt.Errorf("tcp: rank %d at %s: %w", p, addr, err)
 			}
 		}
-		last = fmt.Errorf("rank %d at %s: %w", p, addr, err)
+		// An attempt cut off by the deadline says less than the one before
+		// it (why that one failed): keep the earlier one for the error.
+		if last == nil || ctx.Err() == nil {
+			last = fmt.Errorf("rank %d at %s: %w", p, addr, err)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
 		}

@@ -783,7 +783,7 @@ func TestDialerSeesRejection(t *testing.T) {
 			c.Close()
 		}
 	}()
-	_, err = Connect(context.Background(), st, prefix, 1, 2, Options{DialTimeout: 300 * time.Millisecond})
+	_, err = Connect(context.Background(), st, prefix, 1, 2, Options{DialTimeout: time.Second})
 	ln.Close()
 	<-stop
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "without answering") {
