@@ -1,4 +1,4 @@
-//go:build !noexchange
+//go:build unix && !noexchange
 
 package main
 

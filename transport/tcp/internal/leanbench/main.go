@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command leanbench times one rank of a W-rank job over detcoll's TCP
 // transport on loopback (start one process per rank; rank 0 serves the
 // store): mode comm is Comm.AllReduce fp32; the others are one exchange
