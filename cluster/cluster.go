@@ -66,7 +66,8 @@ func Init(ctx context.Context, opt Options) (*Job, error) {
 	if prefix == "" {
 		prefix = "detcoll/world"
 	}
-	topt := tcp.Options{Host: getenv("DETCOLL_TCP_HOST")}
+	// The store's token authenticates the TCP handshake too (tcp.Options.Token).
+	topt := tcp.Options{Host: getenv("DETCOLL_TCP_HOST"), Token: env.Token}
 	if dl, ok := ctx.Deadline(); ok {
 		topt.DialTimeout = time.Until(dl) // ctx bounds the whole rendezvous, not tcp's default
 	}

@@ -21,6 +21,9 @@ type Client struct {
 	kick chan struct{} // tells the writer that cancels has entries
 	done chan struct{} // closed by fail
 	wg   sync.WaitGroup
+	// keepalive is how long the writer may stay silent before it sends a
+	// ping: a third of the server's idle timeout; 0 when it has none.
+	keepalive time.Duration
 
 	mu      sync.Mutex
 	err     error // why the client stopped; wraps ErrClosed
@@ -38,7 +41,8 @@ var _ Store = (*Client)(nil)
 
 // Dial connects to the server at addr and authenticates with token. It retries
 // (with backoff up to 0.5 s) until it succeeds or ctx is done, because workers
-// often start before the server; ErrAuth and ErrProtocol end it at once.
+// often start before the server; ErrAuth, ErrProtocol and ErrLimit (the
+// server is at its connection cap) end it at once.
 func Dial(ctx context.Context, addr, token string) (*Client, error) {
 	if len(token) > MaxKeyLen {
 		return nil, opError("dial", addr, fmt.Errorf("%w: token of %d bytes exceeds %d", ErrProtocol, len(token), MaxKeyLen))
@@ -52,7 +56,7 @@ func Dial(ctx context.Context, addr, token string) (*Client, error) {
 		if err == nil {
 			return c, nil
 		}
-		if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrLimit) {
 			return nil, opError("dial", addr, err)
 		}
 		t := time.NewTimer(retry)
@@ -75,7 +79,7 @@ func dial(ctx context.Context, addr, token string) (*Client, error) {
 	// ctx bounds the handshake: when it ends, the deadline passes.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	r := bufio.NewReaderSize(nc, 32<<10)
-	err = handshake(nc, r, token)
+	idle, err := handshake(nc, r, token)
 	if !stop() && err == nil {
 		err = timeout(ctx) // the deadline may have been set after the handshake: the conn is unusable
 	}
@@ -91,28 +95,36 @@ func dial(ctx context.Context, addr, token string) (*Client, error) {
 		done:    make(chan struct{}),
 		pending: make(map[uint64]chan result),
 	}
+	if idle > 0 {
+		c.keepalive = max(idle/3, time.Millisecond)
+	}
 	c.wg.Add(2)
 	go c.read(r)
 	go c.write()
 	return c, nil
 }
 
-func handshake(nc net.Conn, r *bufio.Reader, token string) error {
+// handshake sends the hello and reads the welcome; it returns the server's
+// idle timeout (0 when it announces none).
+func handshake(nc net.Conn, r *bufio.Reader, token string) (time.Duration, error) {
 	if _, err := nc.Write(helloFrame(token)); err != nil {
-		return err
+		return 0, err
 	}
 	body, err := readFrame(r, len(magic)+2+maxErrorText)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, status, text, err := decodeWelcome(body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if status != statusOK {
-		return errorOf(status, text)
+		return 0, errorOf(status, text)
 	}
-	return nil
+	if len(text) == 8 {
+		return time.Duration(binary.BigEndian.Uint64(text)) * time.Millisecond, nil
+	}
+	return 0, nil
 }
 
 // fail stops the client for good: later and pending calls return err.
@@ -163,6 +175,14 @@ func (c *Client) read(r *bufio.Reader) {
 
 func (c *Client) write() {
 	defer c.wg.Done()
+	var tick <-chan time.Time
+	var timer *time.Timer
+	if c.keepalive > 0 {
+		timer = time.NewTimer(c.keepalive)
+		defer timer.Stop()
+		tick = timer.C
+	}
+	ping := (&request{op: opPing}).frame()
 	for {
 		var b []byte
 		select {
@@ -174,12 +194,17 @@ func (c *Client) write() {
 			}
 			c.cancels = c.cancels[:0]
 			c.mu.Unlock()
+		case <-tick:
+			b = ping
 		case <-c.done:
 			return
 		}
 		if _, err := c.nc.Write(b); err != nil {
 			c.lost(err)
 			return
+		}
+		if timer != nil {
+			timer.Reset(c.keepalive)
 		}
 	}
 }
@@ -255,6 +280,20 @@ func (c *Client) call(ctx context.Context, req *request, checks ...error) ([]byt
 	var r result
 	if err == nil {
 		r, err = c.do(ctx, req)
+		// A Get/Wait the server had no room to park: poll until it has.
+		for retry := 5 * time.Millisecond; err == nil && r.status == statusLimit && req.blocking(); retry = min(2*retry, 500*time.Millisecond) {
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				err = timeout(ctx)
+			case <-c.done:
+				t.Stop()
+				err = c.failure()
+			case <-t.C:
+				r, err = c.do(ctx, req)
+			}
+		}
 	}
 	if err == nil && r.status != statusOK {
 		err = errorOf(r.status, r.payload)

@@ -27,6 +27,11 @@ var (
 	// ErrBadCounter: Add found a value that is not a decimal int64, or the
 	// sum would overflow int64.
 	ErrBadCounter = errors.New("not an int64 counter")
+	// ErrLimit: a Server's cap was reached (connections, stored bytes; see
+	// ServerOptions). Dial fails with it when the server is at MaxConns, a
+	// write when the store is at MaxBytes. Blocked-request caps never
+	// surface: the Client retries those itself.
+	ErrLimit = errors.New("server limit reached")
 )
 
 // OpError reports which operation on which key failed. For Wait, Key is the

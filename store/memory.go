@@ -14,6 +14,8 @@ import (
 type Memory struct {
 	mu     sync.Mutex
 	data   map[string][]byte
+	used   int64               // bytes of keys and values in data
+	limit  int64               // cap on used; 0: none (a Server sets it from MaxBytes)
 	waits  map[string]*waiters // missing keys someone is blocked on
 	closed bool
 	done   chan struct{} // closed by Close
@@ -91,8 +93,32 @@ func (m *Memory) await(ctx context.Context, keys []string) error {
 	}
 }
 
+// fits reports ErrLimit when storing n value bytes under key would take
+// the store over its byte cap. m.mu held.
+func (m *Memory) fits(key string, n int) error {
+	if m.limit <= 0 {
+		return nil
+	}
+	old, ok := m.data[key]
+	used := m.used + int64(n) - int64(len(old))
+	if !ok {
+		used += int64(len(key))
+	}
+	if used > m.limit {
+		return fmt.Errorf("%w: storing %d bytes under a %d-byte key would take the store over its cap of %d bytes (%d in use)",
+			ErrLimit, n, len(key), m.limit, m.used)
+	}
+	return nil
+}
+
 // put stores v (which the store now owns) and wakes key's waiters. m.mu held.
 func (m *Memory) put(key string, v []byte) {
+	if old, ok := m.data[key]; ok {
+		m.used -= int64(len(old))
+	} else {
+		m.used += int64(len(key))
+	}
+	m.used += int64(len(v))
 	m.data[key] = v
 	if w := m.waits[key]; w != nil {
 		close(w.ch)
@@ -115,6 +141,9 @@ func (m *Memory) Set(ctx context.Context, key string, value []byte) error {
 		return opError("set", key, err)
 	}
 	defer m.mu.Unlock()
+	if err := m.fits(key, len(value)); err != nil {
+		return opError("set", key, err)
+	}
 	m.put(key, clone(value))
 	return nil
 }
@@ -160,7 +189,11 @@ func (m *Memory) Add(ctx context.Context, key string, delta int64) (int64, error
 		return 0, opError("add", key, fmt.Errorf("%w: %d%+d overflows", ErrBadCounter, n, delta))
 	}
 	n += delta
-	m.put(key, strconv.AppendInt(nil, n, 10))
+	v := strconv.AppendInt(nil, n, 10)
+	if err := m.fits(key, len(v)); err != nil {
+		return 0, opError("add", key, err)
+	}
+	m.put(key, v)
 	return n, nil
 }
 
@@ -185,6 +218,9 @@ func (m *Memory) CompareSet(ctx context.Context, key string, expected, desired [
 	case ok && !bytes.Equal(cur, expected):
 		return clone(cur), nil
 	}
+	if err := m.fits(key, len(desired)); err != nil {
+		return nil, opError("compareset", key, err)
+	}
 	m.put(key, clone(desired))
 	return clone(desired), nil
 }
@@ -197,9 +233,31 @@ func (m *Memory) Delete(ctx context.Context, key string) (bool, error) {
 		return false, opError("delete", key, err)
 	}
 	defer m.mu.Unlock()
-	_, ok := m.data[key]
+	v, ok := m.data[key]
+	if ok {
+		m.used -= int64(len(key) + len(v))
+	}
 	delete(m.data, key)
 	return ok, nil
+}
+
+// peek returns, without blocking, the value of keys[0] if every key exists
+// now. A Server answers a Get or Wait this way before it parks one.
+func (m *Memory) peek(keys []string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, false, ErrClosed
+	}
+	for _, k := range keys {
+		if _, ok := m.data[k]; !ok {
+			return nil, false, nil
+		}
+	}
+	if len(keys) == 0 {
+		return nil, true, nil
+	}
+	return clone(m.data[keys[0]]), true, nil
 }
 
 // Close makes every later call fail with ErrClosed and wakes blocked Get and

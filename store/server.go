@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -11,36 +12,123 @@ import (
 	"time"
 )
 
+// maxParkedPerConn bounds the Get/Wait requests one connection may have
+// blocked at once; beyond it the server answers "limit" and the Client
+// retries (see ServerOptions.MaxParked).
+const maxParkedPerConn = 1024
+
+// Defaults of ServerOptions; see there.
 const (
-	// handshakeTimeout bounds how long a connection may stay unauthenticated.
-	handshakeTimeout = 10 * time.Second
-	// maxParked bounds the Get/Wait requests one connection may have blocked
-	// at once; each costs the server a goroutine.
-	maxParked = 1024
+	DefaultAuthTimeout     = 10 * time.Second
+	DefaultIdleTimeout     = 5 * time.Minute
+	DefaultMaxConns        = 1024
+	DefaultMaxPendingConns = 64
+	DefaultMaxParked       = 4096
+	DefaultMaxParkedBytes  = 16 << 20
+	DefaultMaxBytes        = 1 << 30
 )
+
+// ServerOptions configure a Server. Zero fields take the defaults above; a
+// negative value switches that cap or timeout off (for tests and
+// measurements; a server reachable by others should keep them all).
+type ServerOptions struct {
+	// Token, when non-empty (at most MaxKeyLen bytes), must be presented by
+	// every client before any request; empty serves any client.
+	Token string
+
+	// AuthTimeout bounds how long a connection may take to send its hello
+	// (and, with a token, to prove it); then it is closed. Default 10s.
+	AuthTimeout time.Duration
+
+	// IdleTimeout closes an authenticated connection that sends nothing for
+	// this long. The server announces it in the welcome and Clients send a
+	// keepalive at a third of it, so only clients that went away (or never
+	// were detcoll clients) are cut. Default 5m.
+	IdleTimeout time.Duration
+
+	// MaxConns caps the authenticated connections. The one beyond is told
+	// so (Dial fails with ErrLimit naming the cap) and closed. Default 1024.
+	MaxConns int
+
+	// MaxPendingConns caps the connections that have not finished their
+	// hello. When a new one would exceed it the oldest pending connection
+	// is closed, so a flood of silent connections cannot keep out a client
+	// that sends its hello at once. Default 64.
+	MaxPendingConns int
+
+	// MaxParked caps the Get and Wait requests blocked in the server across
+	// all connections (each costs a goroutine, about 6 KiB), and
+	// MaxParkedBytes the bytes of their keys; a connection may have at most
+	// 1024 of them. A Get/Wait over a cap whose keys do not exist yet is
+	// answered "limit" and the Client retries it (backing off up to 0.5s)
+	// until its ctx ends, so callers see only a slower wake-up. Get/Wait on
+	// keys that exist are answered at once, whatever the caps. Defaults
+	// 4096 and 16 MiB.
+	MaxParked      int
+	MaxParkedBytes int
+
+	// MaxBytes caps the bytes of keys and values stored; a Set, Add or
+	// CompareSet that would exceed it fails with ErrLimit. Default 1 GiB.
+	MaxBytes int64
+}
+
+func (o ServerOptions) withDefaults() ServerOptions {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.AuthTimeout, DefaultAuthTimeout)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	defInt(&o.MaxConns, DefaultMaxConns)
+	defInt(&o.MaxPendingConns, DefaultMaxPendingConns)
+	defInt(&o.MaxParked, DefaultMaxParked)
+	defInt(&o.MaxParkedBytes, DefaultMaxParkedBytes)
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	return o
+}
 
 // Server serves a Memory store over TCP. Create it with Listen or Serve.
 type Server struct {
 	ln    net.Listener
+	opt   ServerOptions
 	token []byte // nil: no authentication
 	mem   *Memory
 	done  chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup // accept loop and connections (each waits for its parked requests)
+	mu      sync.Mutex
+	closed  bool
+	conns   map[net.Conn]struct{}
+	pending []net.Conn // not yet past the hello, oldest first
+	authed  int        // connections past the hello
+	wg      sync.WaitGroup
+
+	pmu         sync.Mutex
+	parked      int // Get/Wait blocked, all connections
+	parkedBytes int // bytes of their keys
 }
 
 // Listen starts a server on addr ("host:port"; port 0 picks a free port; ""
-// means "127.0.0.1:0"). An empty host means 127.0.0.1, not every interface:
-// a store that must be reachable from other hosts has to name its interface
-// (e.g. "0.0.0.0:29500").
+// means "127.0.0.1:0") with the default ServerOptions and token. An empty
+// host means 127.0.0.1, not every interface: a store that must be reachable
+// from other hosts has to name its interface (e.g. "0.0.0.0:29500").
 // A non-empty token (at most MaxKeyLen bytes) must be presented by every
 // client before any request; with an empty token any client is served.
 func Listen(addr, token string) (*Server, error) {
-	if len(token) > MaxKeyLen {
-		return nil, &OpError{Op: "listen", Key: addr, Err: fmt.Errorf("%w: token of %d bytes exceeds %d", ErrProtocol, len(token), MaxKeyLen)}
+	return ListenOptions(addr, ServerOptions{Token: token})
+}
+
+// ListenOptions is Listen with options.
+func ListenOptions(addr string, opt ServerOptions) (*Server, error) {
+	if len(opt.Token) > MaxKeyLen {
+		return nil, &OpError{Op: "listen", Key: addr, Err: fmt.Errorf("%w: token of %d bytes exceeds %d", ErrProtocol, len(opt.Token), MaxKeyLen)}
 	}
 	host, port := "", "0"
 	if addr != "" {
@@ -56,15 +144,25 @@ func Listen(addr, token string) (*Server, error) {
 	if err != nil {
 		return nil, &OpError{Op: "listen", Key: addr, Err: err}
 	}
-	return Serve(ln, token), nil
+	return ServeOptions(ln, opt), nil
 }
 
-// Serve serves on ln, which the Server owns from now on (Close closes it).
-// token is as for Listen; a token over MaxKeyLen bytes admits no client.
+// Serve serves on ln, which the Server owns from now on (Close closes it),
+// with the default ServerOptions. token is as for Listen; a token over
+// MaxKeyLen bytes admits no client.
 func Serve(ln net.Listener, token string) *Server {
-	s := &Server{ln: ln, mem: NewMemory(), done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
-	if token != "" {
-		s.token = []byte(token)
+	return ServeOptions(ln, ServerOptions{Token: token})
+}
+
+// ServeOptions is Serve with options.
+func ServeOptions(ln net.Listener, opt ServerOptions) *Server {
+	opt = opt.withDefaults()
+	s := &Server{ln: ln, opt: opt, mem: NewMemory(), done: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	if opt.Token != "" {
+		s.token = []byte(opt.Token)
+	}
+	if opt.MaxBytes > 0 {
+		s.mem.limit = opt.MaxBytes
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -132,6 +230,13 @@ func (s *Server) accept() {
 			return
 		}
 		s.conns[nc] = struct{}{}
+		s.pending = append(s.pending, nc)
+		if max := s.opt.MaxPendingConns; max > 0 && len(s.pending) > max {
+			// Evict the oldest: it had the longest time to say hello.
+			old := s.pending[0]
+			s.pending = s.pending[1:]
+			old.Close()
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.serve(nc)
@@ -170,25 +275,75 @@ func (c *conn) reply(id uint64, payload []byte, err error) {
 	c.write(endFrame(b))
 }
 
+// unpend removes nc from the pending list (if still there) and reports
+// whether it was there, i.e. not evicted. s.mu held.
+func (s *Server) unpend(nc net.Conn) bool {
+	for i, c := range s.pending {
+		if c == nc {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// park takes one blocked-request slot for a request with these key bytes,
+// or reports that a cap is reached.
+func (s *Server) park(keyBytes int) bool {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if (s.opt.MaxParked > 0 && s.parked >= s.opt.MaxParked) ||
+		(s.opt.MaxParkedBytes > 0 && s.parkedBytes+keyBytes > s.opt.MaxParkedBytes) {
+		return false
+	}
+	s.parked++
+	s.parkedBytes += keyBytes
+	return true
+}
+
+func (s *Server) unpark(keyBytes int) {
+	s.pmu.Lock()
+	s.parked--
+	s.parkedBytes -= keyBytes
+	s.pmu.Unlock()
+}
+
+func (r *request) keyBytes() int {
+	n := len(r.key)
+	for _, k := range r.keys {
+		n += len(k)
+	}
+	return n
+}
+
 func (s *Server) serve(nc net.Conn) {
 	c := &conn{nc: nc, parked: make(map[uint64]context.CancelFunc)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var parked sync.WaitGroup
+	authed := false
 	defer func() {
 		nc.Close() // unblocks parked requests stuck writing
 		cancel()   // wakes parked requests stuck waiting
 		parked.Wait()
 		s.mu.Lock()
 		delete(s.conns, nc)
+		s.unpend(nc)
+		if authed {
+			s.authed--
+		}
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
 
 	r := bufio.NewReaderSize(nc, 32<<10)
-	if !s.handshake(nc, r) {
+	if authed = s.handshake(nc, r); !authed {
 		return
 	}
+	idle := s.opt.IdleTimeout
 	for {
+		if idle > 0 {
+			nc.SetReadDeadline(time.Now().Add(idle))
+		}
 		body, err := readFrame(r, maxFrame)
 		if err != nil {
 			return
@@ -198,6 +353,7 @@ func (s *Server) serve(nc net.Conn) {
 			return // the peer is broken or hostile; nothing it sends can be trusted
 		}
 		switch {
+		case req.op == opPing:
 		case req.op == opCancel:
 			c.mu.Lock()
 			if stop := c.parked[req.id]; stop != nil {
@@ -205,25 +361,37 @@ func (s *Server) serve(nc net.Conn) {
 			}
 			c.mu.Unlock()
 		case req.blocking():
-			// Park in a goroutine so that this connection keeps reading:
-			// the key may be set by this very client.
-			opCtx, stop := context.WithCancel(ctx)
-			c.mu.Lock()
-			_, dup := c.parked[req.id]
-			full := len(c.parked) >= maxParked
-			if !dup && !full {
-				c.parked[req.id] = stop
+			// Answer at once when the keys exist: no slot needed.
+			keys := req.keys
+			if req.op == opGet {
+				keys = []string{req.key}
 			}
-			c.mu.Unlock()
-			if dup {
-				stop()
-				return // ids of live requests are unique; a reuse is a broken client
-			}
-			if full {
-				stop()
-				c.reply(req.id, nil, fmt.Errorf("%w: over %d blocked requests on one connection", ErrProtocol, maxParked))
+			if v, ok, err := s.mem.peek(keys); err != nil || ok {
+				if req.op == opWait {
+					v = nil
+				}
+				c.reply(req.id, v, err)
 				continue
 			}
+			// Park in a goroutine so that this connection keeps reading:
+			// the key may be set by this very client.
+			c.mu.Lock()
+			_, dup := c.parked[req.id]
+			full := len(c.parked) >= maxParkedPerConn
+			c.mu.Unlock()
+			if dup {
+				return // ids of live requests are unique; a reuse is a broken client
+			}
+			kb := req.keyBytes()
+			if full || !s.park(kb) {
+				c.reply(req.id, nil, fmt.Errorf("%w: too many blocked requests (%d on this connection, caps %d per connection and %d in all); retry",
+					ErrLimit, maxParkedPerConn, maxParkedPerConn, s.opt.MaxParked))
+				continue
+			}
+			opCtx, stop := context.WithCancel(ctx)
+			c.mu.Lock()
+			c.parked[req.id] = stop
+			c.mu.Unlock()
 			parked.Add(1)
 			go func() {
 				defer parked.Done()
@@ -232,6 +400,7 @@ func (s *Server) serve(nc net.Conn) {
 				delete(c.parked, req.id)
 				c.mu.Unlock()
 				stop()
+				s.unpark(kb)
 				if errors.Is(err, ErrTimeout) {
 					return // cancelled by the client, which no longer listens, or by teardown
 				}
@@ -245,9 +414,12 @@ func (s *Server) serve(nc net.Conn) {
 }
 
 // handshake checks magic, version and token; it answers the client either way
-// and reports whether the connection may proceed.
+// and reports whether the connection may proceed (it then counts against
+// MaxConns).
 func (s *Server) handshake(nc net.Conn, r *bufio.Reader) bool {
-	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if d := s.opt.AuthTimeout; d > 0 {
+		nc.SetDeadline(time.Now().Add(d))
+	}
 	body, err := readFrame(r, maxHello)
 	if err != nil {
 		return false
@@ -263,10 +435,34 @@ func (s *Server) handshake(nc net.Conn, r *bufio.Reader) bool {
 	case s.token != nil && subtle.ConstantTimeCompare(token, s.token) != 1:
 		status, text = statusAuth, "wrong or missing token"
 	}
-	if _, err := nc.Write(welcomeFrame(status, text)); err != nil || status != statusOK {
+	if status == statusOK {
+		s.mu.Lock()
+		switch {
+		case !s.unpend(nc):
+			status = statusClosed // evicted meanwhile; the conn is closed already
+		case s.opt.MaxConns > 0 && s.authed >= s.opt.MaxConns:
+			status, text = statusLimit, fmt.Sprintf("server has reached its cap of %d connections (MaxConns)", s.opt.MaxConns)
+		default:
+			s.authed++
+		}
+		s.mu.Unlock()
+	}
+	var w []byte
+	if status == statusOK && s.opt.IdleTimeout > 0 {
+		w = welcomeFrame(status, string(binary.BigEndian.AppendUint64(nil, uint64(s.opt.IdleTimeout.Milliseconds()))))
+	} else {
+		w = welcomeFrame(status, text)
+	}
+	if _, err := nc.Write(w); err != nil || status != statusOK {
+		if status == statusOK {
+			s.mu.Lock()
+			s.authed--
+			s.mu.Unlock()
+		}
 		return false
 	}
-	return nc.SetDeadline(time.Time{}) == nil
+	nc.SetDeadline(time.Time{}) // fails only on a closed conn, which the next read reports
+	return true
 }
 
 // exec runs one request against the server's Memory and returns the response

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +13,12 @@ import (
 	"github.com/detcoll/detcoll/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("DETCOLL_STORE_TEST_SERVER"); mode != "" {
+		store.RunHelperServer(mode) // TestParkedFloodRSSBounded's server subprocess; never returns
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return store.NewMemory() })

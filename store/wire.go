@@ -5,6 +5,7 @@ package store
 //
 //	hello (client→server, first frame): "dcst" version:u8 token:rest
 //	welcome (server→client):            "dcst" version:u8 status:u8 message:rest
+//	  (status ok: message is empty, or the server's idle timeout in ms as u64)
 //	request:  op:u8 id:u64 fields
 //	  set      key value:rest
 //	  get      key
@@ -13,6 +14,7 @@ package store
 //	  cas      key expected:bytes desired:rest
 //	  delete   key
 //	  cancel   (none; id names the blocked get/wait to abandon)
+//	  ping     (none; no response: keeps an idle connection open)
 //	response: id:u64 status:u8 payload:rest
 //	  ok: get → value; cas → present:u8 value; add → i64; delete → existed:u8
 //	  error: payload is the error text
@@ -49,6 +51,7 @@ const (
 	opCAS
 	opDelete
 	opCancel
+	opPing
 )
 
 // Status bytes of welcome and response frames.
@@ -60,9 +63,10 @@ const (
 	statusProtocol
 	statusBadCounter
 	statusOther
+	statusLimit // a server cap: MaxConns at the welcome, MaxBytes on a write, MaxParked on a get/wait (retried)
 )
 
-var opNames = [...]string{opSet: "set", opGet: "get", opWait: "wait", opAdd: "add", opCAS: "compareset", opDelete: "delete", opCancel: "cancel"}
+var opNames = [...]string{opSet: "set", opGet: "get", opWait: "wait", opAdd: "add", opCAS: "compareset", opDelete: "delete", opCancel: "cancel", opPing: "ping"}
 
 type request struct {
 	op       byte
@@ -234,7 +238,7 @@ func decodeRequest(body []byte) (request, error) {
 		r.key = string(d.bytes(MaxKeyLen))
 		r.expected = d.bytes(MaxValueLen)
 		r.value = d.rest(MaxValueLen)
-	case opCancel:
+	case opCancel, opPing:
 	default:
 		d.fail("unknown op %d", r.op)
 	}
@@ -263,6 +267,8 @@ func statusOf(err error) byte {
 		return statusProtocol
 	case errors.Is(err, ErrBadCounter):
 		return statusBadCounter
+	case errors.Is(err, ErrLimit):
+		return statusLimit
 	}
 	return statusOther
 }
@@ -288,6 +294,8 @@ func errorOf(status byte, text []byte) error {
 		sentinel = ErrProtocol
 	case statusBadCounter:
 		sentinel = ErrBadCounter
+	case statusLimit:
+		sentinel = ErrLimit
 	case statusOther:
 	default:
 		return fmt.Errorf("%w: unknown status %d", ErrProtocol, status)

@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -304,23 +304,60 @@ func TestDisconnectReleasesParkedRequests(t *testing.T) {
 }
 
 func TestParkedLimit(t *testing.T) {
+	// One connection: past maxParkedPerConn blocked requests the server
+	// answers "limit" and the Client polls; the request still completes.
 	srv := testServer(t, "")
 	c := testClient(t, srv, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for range maxParked {
+	for range maxParkedPerConn {
 		wg.Go(func() { c.Get(ctx, "never") })
 	}
-	eventually(t, "requests parked", func() bool { return parked(srv) == maxParked })
+	eventually(t, "requests parked", func() bool { return parked(srv) == maxParkedPerConn })
 	short, cancelShort := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShort()
-	_, err := c.Get(short, "never")
-	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "blocked requests") {
-		t.Fatalf("Get beyond the limit: %v; want ErrProtocol", err)
+	got := make(chan error, 1)
+	go func() {
+		v, err := c.Get(short, "soon")
+		if err == nil && string(v) != "v" {
+			err = fmt.Errorf("got %q", v)
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // it is being refused and retried now
+	if parked(srv) != maxParkedPerConn {
+		t.Fatalf("%d parked, want the cap %d", parked(srv), maxParkedPerConn)
+	}
+	other := testClient(t, srv, "")
+	if err := other.Set(short, "soon", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Get beyond the per-connection cap: %v; want it to complete once the key exists", err)
 	}
 	cancel()
 	wg.Wait()
 	if n, err := c.Add(short, "n", 1); err != nil || n != 1 {
 		t.Fatalf("client after the limit: %d, %v", n, err)
+	}
+
+	// On the wire: the request over the cap gets status limit.
+	srv2, err := ListenOptions("", ServerOptions{MaxParked: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv2.Close()
+	nc := rawConn(t, srv2)
+	nc.Write(helloFrame(""))
+	welcome(t, nc)
+	for id := range uint64(3) {
+		nc.Write((&request{op: opGet, id: id, key: "x"}).frame())
+	}
+	body, err := readFrame(nc, maxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, status, _, err := decodeResponse(body); err != nil || id != 2 || status != statusLimit {
+		t.Fatalf("third get: id %d status %d (%v); want id 2 status limit", id, status, err)
 	}
 }

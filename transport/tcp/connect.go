@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +55,17 @@ type Options struct {
 	// frame, which is markedly slower for large messages (see the package
 	// doc). Receivers accept any chunk size, so ranks may differ.
 	ChunkSize int
+
+	// Token is the job's shared secret (cluster passes the store's token,
+	// DETCOLL_TOKEN). When set, every connection is authenticated in both
+	// directions by an HMAC-SHA256 challenge/response under it (see the
+	// package doc), and a peer that fails is dropped while Connect keeps
+	// waiting for the real one. Every rank of a group must use the same
+	// token, or none. Empty means no authentication: anyone who can reach
+	// the listener and read the store's addresses can join as a missing
+	// rank, which is acceptable only among trusted users of one host or
+	// network.
+	Token string
 
 	// ReadBuffer and WriteBuffer set SO_RCVBUF and SO_SNDBUF on every
 	// connection when positive. Zero keeps the operating system's default
@@ -120,6 +133,9 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		return t, nil
 	}
 	m := &mesher{st: st, prefix: prefix, rank: rank, size: size, group: prefixHash(prefix), members: membersHash(members), opt: opt}
+	if opt.Token != "" {
+		m.token = []byte(opt.Token)
+	}
 	conns, err := m.run(ctx)
 	if err != nil {
 		t.kill()
@@ -142,11 +158,13 @@ type mesher struct {
 	group   uint64 // prefixHash
 	members uint64 // membersHash
 	opt     Options
+	token   []byte // nil: no authentication
 
 	ln     *net.TCPListener
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
+	pending  []*net.TCPConn // accepted, handshake not finished, oldest first
 	conns    []*net.TCPConn
 	reserved []bool // an accepted hello from that rank is being answered
 	need     int    // higher ranks not connected yet
@@ -273,6 +291,14 @@ func (m *mesher) tune(c *net.TCPConn) {
 	}
 }
 
+// Limits on connections still in their handshake: at most
+// maxPendingHandshakes at once (a new one closes the oldest), each for at
+// most handshakeTimeout. A real rank's handshake takes a few round trips.
+const (
+	maxPendingHandshakes = 64
+	handshakeTimeout     = 10 * time.Second
+)
+
 // acceptLoop accepts the higher ranks until all have connected. Each
 // connection is handshaken in its own goroutine, so a silent stray cannot
 // hold up the others; strays still pending when the loop ends are dropped.
@@ -299,6 +325,16 @@ func (m *mesher) acceptLoop(ctx context.Context) error {
 			}
 			return fmt.Errorf("tcp: accept: %w", err)
 		}
+		m.mu.Lock()
+		m.pending = append(m.pending, c)
+		if len(m.pending) > maxPendingHandshakes {
+			// Close the oldest: a flood of silent connections must not
+			// use up this process's descriptors while the real rank,
+			// which answers at once, is still to come.
+			m.pending[0].Close()
+			m.pending = m.pending[1:]
+		}
+		m.mu.Unlock()
 		hs.Add(1)
 		go func() {
 			defer hs.Done()
@@ -351,16 +387,17 @@ func (m *mesher) check(h hello) uint8 {
 	return reasonNone
 }
 
-func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8) {
+// reject answers h with a reject. authenticated says the dialer proved it
+// holds the token (or there is none): only then may a disagreement about the
+// group fail this rank's Connect.
+func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8, authenticated bool) {
 	var b [helloLen]byte
 	encodeHello(&b, hello{version: protocolVersion, kind: kindReject, reason: reason, group: m.group,
 		members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
 	c.Write(b[:])
 	what := fmt.Sprintf("a connection from %v claiming rank %d: %s", c.RemoteAddr(), h.from, reasonString(reason))
-	m.mu.Lock()
-	m.rejected = what
-	m.mu.Unlock()
-	if reason == reasonSize || reason == reasonMembers {
+	m.noteStray(what)
+	if authenticated && (reason == reasonSize || reason == reasonMembers) {
 		// Same key prefix, different idea of the group: a configuration
 		// error that waiting cannot cure. Fail the whole Connect now.
 		m.setErr(int(h.from), fmt.Errorf("tcp: %s", what))
@@ -369,47 +406,74 @@ func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8) {
 
 // serverHandshake answers one accepted connection: a valid hello from a
 // missing higher rank is accepted and registered; a detcoll hello that does
-// not fit is rejected with a reason; anything else is dropped unanswered.
+// not fit is rejected with a reason; anything else, and any connection that
+// fails authentication, is dropped unanswered. With a token nothing about
+// the hello's content (ranks, size, member list) is acted on before the
+// dialer has proved it holds the token, so an impostor cannot take a rank's
+// place or abort the group.
 func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	var from = -1
+	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
 	err := withConn(ctx, c, func() error {
-		var b [helloLen]byte
+		var hb, cb [helloLen]byte
 		// Check the magic first: a stranger that sent a few bytes is
 		// dropped without waiting for a whole hello.
-		if _, err := io.ReadFull(c, b[:len(helloMagic)]); err != nil {
+		if _, err := io.ReadFull(c, hb[:len(helloMagic)]); err != nil {
 			return err
 		}
-		if string(b[:len(helloMagic)]) != helloMagic {
+		if string(hb[:len(helloMagic)]) != helloMagic {
 			return errHelloMagic
 		}
-		if _, err := io.ReadFull(c, b[len(helloMagic):]); err != nil {
+		if _, err := io.ReadFull(c, hb[len(helloMagic):]); err != nil {
 			return err
 		}
-		h, err := decodeHello(b[:])
+		h, err := decodeHello(hb[:])
 		if err != nil {
 			return err
 		}
 		if h.kind != kindHello {
 			return errHelloKind
 		}
+		if h.version != protocolVersion {
+			m.reject(c, h, reasonVersion, false)
+			return errors.New(reasonString(reasonVersion))
+		}
+		if (m.token != nil) != (h.flags&flagAuth != 0) {
+			// Harmless to answer: it tells a misconfigured rank why, and
+			// an impostor nothing it could use.
+			m.reject(c, h, reasonAuth, false)
+			return errors.New(reasonString(reasonAuth))
+		}
+		if m.token != nil {
+			if err := m.challenge(c, &hb, &cb, h); err != nil {
+				m.noteStray(fmt.Sprintf("a connection from %v claiming rank %d: %v", c.RemoteAddr(), h.from, err))
+				return err
+			}
+		}
+		// From here on the dialer is authenticated (or nobody is).
 		reason := m.check(h)
 		if reason == reasonNone {
 			m.mu.Lock()
-			if m.reserved[h.from] || m.conns[h.from] != nil {
+			switch {
+			case !m.unpend(c):
+				m.mu.Unlock()
+				return net.ErrClosed // evicted by a flood meanwhile; the dialer retries
+			case m.reserved[h.from] || m.conns[h.from] != nil:
 				reason = reasonDuplicate
-			} else {
+			default:
 				m.reserved[h.from] = true
 				from = int(h.from)
 			}
 			m.mu.Unlock()
 		}
 		if reason != reasonNone {
-			m.reject(c, h, reason)
+			m.reject(c, h, reason, true)
 			return errors.New(reasonString(reason))
 		}
-		encodeHello(&b, hello{version: protocolVersion, kind: kindAccept, group: m.group,
+		encodeHello(&cb, hello{version: protocolVersion, kind: kindAccept, group: m.group,
 			members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
-		_, err = c.Write(b[:])
+		_, err = c.Write(cb[:])
 		return err
 	})
 	m.mu.Lock()
@@ -417,6 +481,7 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	if from >= 0 {
 		m.reserved[from] = false
 	}
+	m.unpend(c)
 	if err != nil {
 		c.Close()
 		return
@@ -427,6 +492,62 @@ func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
 	if m.need == 0 {
 		m.ln.Close() // ends acceptLoop
 	}
+}
+
+// errAuthFailed is a peer whose MAC did not verify: another token, another
+// group, or a replayed or forged handshake.
+var errAuthFailed = errors.New("tcp: handshake authentication failed (wrong token, another group, or a replayed handshake)")
+
+// challenge runs the acceptor's half of the authentication: it sends its
+// nonce and MAC over the transcript so far (into cb) and verifies the
+// dialer's answer.
+func (m *mesher) challenge(c *net.TCPConn, hb, cb *[helloLen]byte, h hello) error {
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	ch := hello{version: protocolVersion, kind: kindChallenge, group: m.group, members: m.members,
+		from: uint32(m.rank), to: h.from, size: uint32(m.size), flags: flagAuth, nonce: nonce}
+	encodeHello(cb, ch) // MAC field zero: it is not covered
+	ch.mac = handshakeMAC(m.token, labelAcceptor, m.prefix, hb, cb)
+	encodeHello(cb, ch)
+	if _, err := c.Write(cb[:]); err != nil {
+		return err
+	}
+	var ab [helloLen]byte
+	if _, err := io.ReadFull(c, ab[:]); err != nil {
+		return err
+	}
+	a, err := decodeHello(ab[:])
+	if err != nil {
+		return err
+	}
+	if a.kind != kindAuth {
+		return errHelloKind
+	}
+	want := handshakeMAC(m.token, labelDialer, m.prefix, hb, cb)
+	if !hmac.Equal(a.mac[:], want[:]) {
+		return errAuthFailed
+	}
+	return nil
+}
+
+func (m *mesher) noteStray(what string) {
+	m.mu.Lock()
+	m.rejected = what
+	m.mu.Unlock()
+}
+
+// unpend takes c off the pending list (from then on a flood cannot evict
+// it) and reports whether it was there. m.mu held.
+func (m *mesher) unpend(c *net.TCPConn) bool {
+	for i, x := range m.pending {
+		if x == c {
+			m.pending = append(m.pending[:i], m.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // rejectedError is a handshake the acceptor answered with a reject.
@@ -442,8 +563,9 @@ func (e *rejectedError) Error() string {
 // dial connects to lower rank p, retrying (with a fresh look at p's address
 // each time, which a restarted peer may have replaced) until the handshake
 // succeeds or ctx ends. Only rejections that point at a stale address
-// (another prefix, another rank) are retried; the others (protocol version,
-// group size, member list, duplicate) end it at once.
+// (another prefix, another rank) or at a peer that is not this job's
+// (authentication) are retried; the others (protocol version, group size,
+// member list, duplicate) end it at once.
 func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 	var d net.Dialer
 	backoff := 5 * time.Millisecond
@@ -452,6 +574,9 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 		addr, err := m.st.Get(ctx, addrKey(m.prefix, p))
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {
+				if last != nil {
+					return nil, fmt.Errorf("%w (last attempt: %v)", cause, last)
+				}
 				return nil, fmt.Errorf("waiting for rank %d's address: %w", p, cause)
 			}
 			return nil, fmt.Errorf("tcp: reading rank %d's address: %w", p, err)
@@ -466,11 +591,17 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 			}
 			c.Close()
 			var re *rejectedError
-			if errors.As(err, &re) && re.reason != reasonGroup && re.reason != reasonRank {
+			// A token mismatch is retried too: the address may be another
+			// job's, and a stray must not end a rank's Connect.
+			if errors.As(err, &re) && re.reason != reasonGroup && re.reason != reasonRank && re.reason != reasonAuth {
 				return nil, fmt.Errorf("tcp: rank %d at %s: %w", p, addr, err)
 			}
 		}
-		last = fmt.Errorf("rank %d at %s: %w", p, addr, err)
+		// An attempt cut off by the deadline says less than the one before
+		// it (why that one failed): keep the earlier one for the error.
+		if last == nil || ctx.Err() == nil {
+			last = fmt.Errorf("rank %d at %s: %w", p, addr, err)
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w (last attempt: %v)", context.Cause(ctx), last)
 		}
@@ -485,30 +616,73 @@ func (m *mesher) dial(ctx context.Context, p int) (*net.TCPConn, error) {
 
 func (m *mesher) clientHandshake(ctx context.Context, c *net.TCPConn, p int) error {
 	return withConn(ctx, c, func() error {
-		var b [helloLen]byte
-		encodeHello(&b, hello{version: protocolVersion, kind: kindHello, group: m.group,
-			members: m.members, from: uint32(m.rank), to: uint32(p), size: uint32(m.size)})
-		if _, err := c.Write(b[:]); err != nil {
-			return err
-		}
-		if _, err := io.ReadFull(c, b[:]); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-				return fmt.Errorf("tcp: closed without answering the handshake (not a detcoll listener?): %w", err)
+		var hb, b [helloLen]byte
+		h := hello{version: protocolVersion, kind: kindHello, group: m.group,
+			members: m.members, from: uint32(m.rank), to: uint32(p), size: uint32(m.size)}
+		if m.token != nil {
+			nonce, err := newNonce()
+			if err != nil {
+				return err
 			}
+			h.flags, h.nonce = flagAuth, nonce
+		}
+		encodeHello(&hb, h)
+		if _, err := c.Write(hb[:]); err != nil {
 			return err
 		}
-		h, err := decodeHello(b[:])
+		ans, err := m.readAnswer(c, &b)
 		if err != nil {
-			return fmt.Errorf("tcp: bad handshake answer: %w", err)
+			return err
 		}
-		if h.kind == kindReject {
-			return &rejectedError{peer: p, reason: h.reason}
+		if m.token != nil {
+			if ans.kind != kindChallenge {
+				return fmt.Errorf("tcp: rank %d answered without authenticating (no token there?)", p)
+			}
+			if ans.from != uint32(p) || ans.to != uint32(m.rank) {
+				return fmt.Errorf("tcp: challenge from rank %d to rank %d, want %d to %d", ans.from, ans.to, p, m.rank)
+			}
+			// Verify the acceptor before proving anything to it.
+			var cb [helloLen]byte
+			mac := ans.mac
+			ans.mac = [sha256.Size]byte{}
+			encodeHello(&cb, ans)
+			if want := handshakeMAC(m.token, labelAcceptor, m.prefix, &hb, &cb); !hmac.Equal(mac[:], want[:]) {
+				return fmt.Errorf("rank %d: %w", p, errAuthFailed)
+			}
+			a := hello{version: protocolVersion, kind: kindAuth, from: uint32(m.rank), to: uint32(p), size: uint32(m.size),
+				mac: handshakeMAC(m.token, labelDialer, m.prefix, &hb, &cb)}
+			encodeHello(&b, a)
+			if _, err := c.Write(b[:]); err != nil {
+				return err
+			}
+			if ans, err = m.readAnswer(c, &b); err != nil {
+				return err
+			}
+		}
+		if ans.kind == kindReject {
+			return &rejectedError{peer: p, reason: ans.reason}
 		}
 		want := hello{version: protocolVersion, kind: kindAccept, group: m.group, members: m.members,
 			from: uint32(p), to: uint32(m.rank), size: uint32(m.size)}
-		if h != want {
-			return fmt.Errorf("tcp: unexpected handshake answer %+v, want %+v", h, want)
+		if ans != want {
+			return fmt.Errorf("tcp: unexpected handshake answer %+v, want %+v", ans, want)
 		}
 		return nil
 	})
+}
+
+// readAnswer reads one handshake message from the acceptor; a reject is
+// returned as a message, not an error.
+func (m *mesher) readAnswer(c *net.TCPConn, b *[helloLen]byte) (hello, error) {
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return hello{}, fmt.Errorf("tcp: closed without answering the handshake (not a detcoll listener, or authentication failed?): %w", err)
+		}
+		return hello{}, err
+	}
+	h, err := decodeHello(b[:])
+	if err != nil {
+		return hello{}, fmt.Errorf("tcp: bad handshake answer: %w", err)
+	}
+	return h, nil
 }

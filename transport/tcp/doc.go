@@ -14,16 +14,48 @@
 // Sub use prefix+"/sub/<id>" (prefix+"/sub/<id>#<n>" when this parent reuses
 // id for the n-th time), so keys never collide and the rendezvous is fresh.
 //
-// Before a connection carries frames, the dialer sends a 40-byte hello and
-// the acceptor answers accept or reject (reason code). Both carry the magic
-// "dcH1", protocol version, an FNV-1a 64 hash of the prefix, a hash of the
-// sub-group's member list, both ranks, the group size and a CRC-32C, so a
-// stray or mis-addressed connection is turned away: a non-detcoll peer is
-// dropped unanswered; a wrong prefix or rank is rejected and the dialer
-// retries (the address may be stale); a different protocol version or a
-// duplicate rank fails the dialer at once; a different group size or member
-// list under the same prefix fails Connect on both sides at once, since
-// waiting cannot cure it.
+// Before a connection carries frames, the dialer sends a 108-byte hello and
+// the acceptor answers. Every handshake message carries the magic "dcH2",
+// the protocol version, an FNV-1a 64 hash of the prefix, a hash of the
+// sub-group's member list, both ranks, the group size, flags, a nonce, a MAC
+// and a CRC-32C, so a stray or mis-addressed connection is turned away: a
+// non-detcoll peer is dropped unanswered; a wrong prefix or rank is rejected
+// and the dialer retries (the address may be stale); a different protocol
+// version or a duplicate rank fails the dialer at once; a different group
+// size or member list under the same prefix fails Connect on both sides at
+// once, since waiting cannot cure it.
+//
+// # Authentication
+//
+// With Options.Token (the job's shared secret; package cluster passes the
+// store's DETCOLL_TOKEN) the handshake is a mutual challenge/response:
+//
+//	dialer → acceptor  hello      (its fields, the dialer's fresh 32-byte nonce)
+//	acceptor → dialer  challenge  (its fields, its own fresh nonce, MAC_A)
+//	dialer → acceptor  auth       (MAC_D)
+//	acceptor → dialer  accept or reject
+//
+// MAC_A and MAC_D are HMAC-SHA256 under the token over a role label, the key
+// prefix, and the hello and the challenge as sent (prefix hash, member-list
+// hash, both ranks, both sides' group size, both nonces). The dialer checks
+// MAC_A before it sends MAC_D; the acceptor acts on nothing in the hello (not
+// its rank, not its size) until MAC_D verifies. A peer without the token, or
+// replaying a recorded handshake (the other side's nonce is new), is dropped
+// and Connect goes on waiting for the real rank: an impostor can neither take
+// a rank's place nor abort the job by claiming a wrong group size. A rank
+// that has a token meeting one that has none is rejected (reason: auth) and
+// retries until DialTimeout; the error says why.
+//
+// Connections still in their handshake are limited in number (64; a new
+// one closes the oldest, so a flood of silent connections cannot use up
+// descriptors while the real rank, which answers at once, is still to come)
+// and in time (10 s each).
+//
+// Without a token the handshake is two messages (hello, accept or reject)
+// and guards against mistakes, not attackers: whoever can reach a listener
+// and knows the group's prefix can take a missing rank's place, and a hello
+// with a wrong group size fails Connect. That is fine for single-host
+// development among trusted users; see docs/security.md.
 //
 // # Frames
 //
@@ -44,12 +76,23 @@
 // Send writes the header and each chunk with one writev (net.Buffers) on a
 // TCP_NODELAY socket; for frames of two chunks or more a helper goroutine,
 // started and joined within the call, computes the checksums ahead of the
-// writes. Recv reads the header, checks it (magic, header checksum, reserved
-// bytes, chunk shift: transport.ErrCorrupt), compares the tag and length
-// with what the caller expects (transport.ErrTagMismatch,
-// transport.ErrSizeMismatch) before touching the payload, then reads the
-// payload straight into the caller's buffer, checksumming each read's bytes
-// while they are in cache, and verifies every chunk (transport.ErrCorrupt).
+// writes. Recv reads through a 32 KiB buffer per peer, so a small frame's
+// header and payload arrive with one read syscall; it checks the header
+// (magic, header checksum, reserved bytes, chunk shift:
+// transport.ErrCorrupt), compares the tag and length with what the caller
+// expects (transport.ErrTagMismatch, transport.ErrSizeMismatch) before
+// touching the payload, then reads the payload into the caller's buffer
+// (reads of 32 KiB or more go straight there, bypassing the buffer),
+// checksumming each read's bytes while they are in cache, and verifies every
+// chunk (transport.ErrCorrupt).
+//
+// Exchange runs one collective step with every peer (a send to and a
+// receive from each) the way a goroutine per Send and Recv would, but
+// without goroutines for messages of at most 64 KiB: such frames are written
+// with one non-blocking writev from the calling goroutine and received on
+// it, after every send has started. Over loopback the goroutine hand-offs it
+// avoids cost more per 4 KiB message than the transport itself
+// (docs/benchmarks/tcp-lean-2026-12-01.md).
 // Nothing is ever allocated from a length on the wire, and with a context
 // that cannot be cancelled (such as context.Background) Send and Recv
 // allocate nothing at all.
@@ -64,9 +107,11 @@
 //
 // # Contexts
 //
-// Every call honours its context: the context's deadline becomes the
-// connection's read or write deadline for that direction, and cancellation
-// sets a deadline in the past through context.AfterFunc. A call whose
+// Every call honours its context: when the context ends (cancelled, or its
+// deadline passed) a context.AfterFunc callback sets a deadline in the past
+// on that direction of the connection, which makes the pending read or
+// write return; the connection carries no deadline of its own during a
+// call, so a call with a deadline costs no deadline update. A call whose
 // context ends before any byte of its frame moved returns the context's
 // error and leaves the connection usable. One whose context ends in the
 // middle of a frame returns an error matching both the context error and
@@ -102,8 +147,11 @@
 //
 // # Security
 //
-// The handshake guards against mistakes, not attackers: there is no
-// authentication or encryption. Use it on a trusted network.
+// The token authenticates who connects; it does not encrypt or
+// integrity-protect the frames that follow (CRC-32C catches accidents, not
+// forgery), so an attacker on the path between two hosts can still read and
+// alter traffic. Use a trusted network, and a token whenever other users can
+// reach the listeners. docs/security.md has the whole picture.
 //
 // # Throughput
 //

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -77,6 +78,8 @@ type direction struct {
 	crc   [4]byte
 	bufs  [2][]byte
 	nb    net.Buffers
+	br    *bufio.Reader // receiving direction: one read syscall brings a small frame's header and payload
+	iw    inlineWrite   // Exchange's non-blocking writev (sending direction)
 
 	// Sender's checksum helper (writeChunksParallel).
 	crcLoopFn func()
@@ -103,6 +106,7 @@ func newPeer(id int, c *net.TCPConn) *peer {
 	}
 	p.snd.crcLoopFn = p.snd.crcLoop
 	p.snd.crcReady = make(chan struct{}, crcTokens)
+	p.rcv.br = bufio.NewReaderSize(c, readBuffer)
 	return p
 }
 
@@ -114,16 +118,25 @@ func (d *direction) setConnDeadline(t time.Time) {
 	}
 }
 
-// arm maps ctx onto the connection: its deadline becomes the direction's
-// deadline, its cancellation sets a past deadline. disarm must follow.
+// arm maps ctx onto the connection: when ctx ends (cancelled, or its
+// deadline passed: a context with a deadline has a Done channel that closes
+// then) the callback sets a past deadline, which makes pending I/O return.
+// The connection itself carries no deadline for a call, so a call costs no
+// deadline update, only the AfterFunc registration. Only a context with a
+// deadline but no Done channel (no standard one) gets the deadline set on
+// the connection. disarm must follow.
 func (d *direction) arm(ctx context.Context) (stop func() bool) {
-	dl, _ := ctx.Deadline()
-	if !dl.Equal(d.dl) {
-		d.dl = dl
-		d.setConnDeadline(dl)
-	}
 	if ctx.Done() == nil {
+		dl, _ := ctx.Deadline()
+		if !dl.Equal(d.dl) {
+			d.dl = dl
+			d.setConnDeadline(dl)
+		}
 		return nil
+	}
+	if !d.dl.IsZero() { // an earlier callback left a past deadline
+		d.dl = time.Time{}
+		d.setConnDeadline(d.dl)
 	}
 	d.fired.Add(1)
 	return context.AfterFunc(ctx, d.fire)
@@ -379,11 +392,18 @@ func (e *protoError) Unwrap() error { return e.err }
 // the medium ones).
 const crcPiece = 128 << 10
 
+// readBuffer is the receiving direction's buffer. Reading through it, one
+// read syscall takes a small frame's header and payload (and whatever
+// follows) instead of one for each; a read of at least readBuffer bytes
+// into an empty buffer goes straight to the caller's memory, so large
+// payloads are not copied twice (bufio.Reader.Read). 32 KiB per peer.
+const readBuffer = 32 << 10
+
 // readSum reads exactly len(b) bytes into b and returns their CRC-32C.
 func (d *direction) readSum(b []byte) (uint32, error) {
 	var sum uint32
 	for o := 0; o < len(b); {
-		n, err := d.c.Read(b[o:min(o+crcPiece, len(b))])
+		n, err := d.br.Read(b[o:min(o+crcPiece, len(b))])
 		sum = crc32.Update(sum, castagnoli, b[o:o+n])
 		o += n
 		if err != nil {
@@ -397,7 +417,7 @@ func (d *direction) readSum(b []byte) (uint32, error) {
 }
 
 func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err error) {
-	if n, err := io.ReadFull(d.c, d.hdr[:]); err != nil {
+	if n, err := io.ReadFull(d.br, d.hdr[:]); err != nil {
 		return n > 0, err
 	}
 	h, err := decodeFrameHeader(d.hdr[:])
@@ -415,7 +435,7 @@ func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err er
 	for off, k := 0, 0; ; k++ {
 		end := off + first
 		if k > 0 {
-			if _, err := io.ReadFull(d.c, d.crc[:]); err != nil {
+			if _, err := io.ReadFull(d.br, d.crc[:]); err != nil {
 				if errors.Is(err, io.EOF) {
 					err = io.ErrUnexpectedEOF
 				}

@@ -1,6 +1,9 @@
 package tcp
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -108,32 +111,45 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	return h, nil
 }
 
-// Handshake message, 40 bytes, little-endian. The dialer (higher rank) sends
-// a hello; the acceptor answers with accept or reject, or closes the
-// connection without answering when the hello is not a detcoll hello.
+// Handshake message, 108 bytes, little-endian. The dialer (higher rank)
+// sends a hello. Without tokens the acceptor answers accept or reject. With
+// a token (flags bit 0 on both sides) it answers a challenge carrying its own
+// nonce and MAC, the dialer answers auth carrying its MAC, and only then does
+// the acceptor check the hello's content and answer accept or reject. A
+// connection that is not a detcoll hello, or fails authentication, is closed
+// without an answer.
 //
 //	off len field
-//	  0   4 magic "dcH1"
+//	  0   4 magic "dcH2"
 //	  4   2 protocol version
-//	  6   1 kind: 1 hello, 2 accept, 3 reject
+//	  6   1 kind: 1 hello, 2 accept, 3 reject, 4 challenge, 5 auth
 //	  7   1 reject reason (0 otherwise)
 //	  8   8 group: FNV-1a 64 of the key prefix
 //	 16   8 members: FNV-1a 64 of a sub-group's parent-rank list (0 for a top-level group)
 //	 24   4 sender's rank
 //	 28   4 receiver's rank
 //	 32   4 group size
-//	 36   4 CRC-32C of bytes 0…35
+//	 36   4 flags: bit 0 = the sender authenticates with a token
+//	 40  32 nonce (hello: the dialer's; challenge: the acceptor's; else zero)
+//	 72  32 MAC (challenge, auth: HMAC-SHA256, see handshakeMAC; else zero)
+//	104   4 CRC-32C of bytes 0…103
 const (
-	helloLen        = 40
-	helloMagic      = "dcH1"
-	protocolVersion = 1
+	helloLen        = 108
+	helloMagic      = "dcH2"
+	protocolVersion = 2
+	nonceLen        = 32
+	macOff          = 72 // the MAC covers a message's bytes before this offset
 )
 
 const (
-	kindHello  = 1
-	kindAccept = 2
-	kindReject = 3
+	kindHello     = 1
+	kindAccept    = 2
+	kindReject    = 3
+	kindChallenge = 4
+	kindAuth      = 5
 )
+
+const flagAuth = 1
 
 // Reject reasons.
 const (
@@ -144,6 +160,7 @@ const (
 	reasonSize
 	reasonRank
 	reasonDuplicate
+	reasonAuth
 )
 
 func reasonString(r uint8) string {
@@ -160,6 +177,8 @@ func reasonString(r uint8) string {
 		return "rank mismatch (mis-addressed connection)"
 	case reasonDuplicate:
 		return "duplicate connection from this rank"
+	case reasonAuth:
+		return "authentication mismatch (one side has Options.Token, the other none)"
 	}
 	return fmt.Sprintf("reason %d", r)
 }
@@ -173,6 +192,9 @@ type hello struct {
 	from    uint32
 	to      uint32
 	size    uint32
+	flags   uint32
+	nonce   [nonceLen]byte
+	mac     [sha256.Size]byte
 }
 
 var (
@@ -192,7 +214,10 @@ func encodeHello(b *[helloLen]byte, h hello) {
 	binary.LittleEndian.PutUint32(b[24:28], h.from)
 	binary.LittleEndian.PutUint32(b[28:32], h.to)
 	binary.LittleEndian.PutUint32(b[32:36], h.size)
-	binary.LittleEndian.PutUint32(b[36:40], crc32c(b[0:36]))
+	binary.LittleEndian.PutUint32(b[36:40], h.flags)
+	copy(b[40:72], h.nonce[:])
+	copy(b[72:104], h.mac[:])
+	binary.LittleEndian.PutUint32(b[104:108], crc32c(b[0:104]))
 }
 
 // decodeHello parses a handshake message; it checks framing (magic, checksum,
@@ -205,7 +230,7 @@ func decodeHello(b []byte) (hello, error) {
 	if string(b[0:4]) != helloMagic {
 		return hello{}, errHelloMagic
 	}
-	if crc32c(b[0:36]) != binary.LittleEndian.Uint32(b[36:40]) {
+	if crc32c(b[0:104]) != binary.LittleEndian.Uint32(b[104:108]) {
 		return hello{}, errHelloCRC
 	}
 	h := hello{
@@ -217,11 +242,47 @@ func decodeHello(b []byte) (hello, error) {
 		from:    binary.LittleEndian.Uint32(b[24:28]),
 		to:      binary.LittleEndian.Uint32(b[28:32]),
 		size:    binary.LittleEndian.Uint32(b[32:36]),
+		flags:   binary.LittleEndian.Uint32(b[36:40]),
 	}
-	if h.kind < kindHello || h.kind > kindReject {
+	copy(h.nonce[:], b[40:72])
+	copy(h.mac[:], b[72:104])
+	if h.kind < kindHello || h.kind > kindAuth {
 		return hello{}, fmt.Errorf("%w %d", errHelloKind, h.kind)
 	}
 	return h, nil
+}
+
+// MAC labels: the two roles never compute the same MAC, so neither side's
+// MAC can be reflected back as the other's.
+const (
+	labelAcceptor = "detcoll/tcp/handshake/v2/acceptor"
+	labelDialer   = "detcoll/tcp/handshake/v2/dialer"
+)
+
+// handshakeMAC is HMAC-SHA256 under the job token over the role label, the
+// key prefix as this side knows it, the dialer's hello (everything but its
+// MAC field: prefix hash, member-list hash, both ranks, the size, flags and
+// the dialer's nonce) and the acceptor's challenge (the same fields as the
+// acceptor sees them, and its nonce). Each side's nonce is fresh, so a MAC
+// recorded from one handshake is worthless in any other.
+func handshakeMAC(token []byte, label, prefix string, helloMsg, challengeMsg *[helloLen]byte) [sha256.Size]byte {
+	m := hmac.New(sha256.New, token)
+	var n [8]byte
+	m.Write([]byte(label))
+	binary.LittleEndian.PutUint64(n[:], uint64(len(prefix)))
+	m.Write(n[:])
+	m.Write([]byte(prefix))
+	m.Write(helloMsg[:macOff])
+	m.Write(challengeMsg[:macOff])
+	var out [sha256.Size]byte
+	m.Sum(out[:0])
+	return out
+}
+
+func newNonce() ([nonceLen]byte, error) {
+	var b [nonceLen]byte
+	_, err := rand.Read(b[:])
+	return b, err
 }
 
 // prefixHash identifies a group in the handshake by its key prefix.

@@ -1,0 +1,166 @@
+package tcp
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// inlineMax is the largest message Exchange writes from the calling
+// goroutine, and receives on it: a frame this small goes into the socket
+// buffer with one writev, and reading it is one read.
+const inlineMax = 64 << 10
+
+// Exchange runs one step of a collective with every peer p: it sends
+// sendBuf(p) to p and receives recvBuf(p) from p, skipping either when its
+// ok result is false, and returns once all of them have finished. Every
+// error is passed to report (from any goroutine; report may cancel ctx to
+// stop the others) and Exchange returns nothing itself.
+//
+// It does what a goroutine per Send and Recv does, without them for small
+// messages: a send of at most 64 KiB is written with one non-blocking
+// writev from the calling goroutine (only the rest of a frame the socket
+// would not take at once goes to a goroutine), and receives of at most
+// 64 KiB run one after another on the calling goroutine once every send
+// has been started, so no rank waits on a peer that waits on it. Larger
+// messages get a goroutine each, as before. On loopback this removes the
+// goroutine hand-offs that cost more than the transport itself per small
+// message (docs/benchmarks/tcp-lean-2026-12-01.md).
+func (t *Transport) Exchange(ctx context.Context, tag transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool), report func(error)) {
+	// wg is made only when a goroutine is needed: small exchanges allocate
+	// nothing.
+	var wg *sync.WaitGroup
+	for p := range t.size {
+		if p == t.rank {
+			continue
+		}
+		if b, ok := sendBuf(p); ok {
+			wg = t.sendStart(ctx, p, tag, b, wg, report)
+		}
+	}
+	var small [8]int
+	inline := small[:0]
+	for p := range t.size {
+		if p == t.rank {
+			continue
+		}
+		b, ok := recvBuf(p)
+		switch {
+		case !ok:
+		case len(b) <= inlineMax:
+			inline = append(inline, p)
+		default:
+			wg = t.recvAsync(ctx, p, tag, b, wg, report)
+		}
+	}
+	for _, p := range inline {
+		b, _ := recvBuf(p)
+		if err := t.Recv(ctx, p, tag, b); err != nil {
+			report(err)
+		}
+	}
+	if wg != nil {
+		wg.Wait()
+	}
+}
+
+func addOne(wg *sync.WaitGroup) *sync.WaitGroup {
+	if wg == nil {
+		wg = new(sync.WaitGroup)
+	}
+	wg.Add(1)
+	return wg
+}
+
+func (t *Transport) recvAsync(ctx context.Context, peer int, tag transport.Tag, buf []byte, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
+	wg = addOne(wg)
+	go func() {
+		defer wg.Done()
+		if err := t.Recv(ctx, peer, tag, buf); err != nil {
+			report(err)
+		}
+	}()
+	return wg
+}
+
+func (t *Transport) sendAsync(ctx context.Context, peer int, tag transport.Tag, buf []byte, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
+	wg = addOne(wg)
+	go func() {
+		defer wg.Done()
+		if err := t.Send(ctx, peer, tag, buf); err != nil {
+			report(err)
+		}
+	}()
+	return wg
+}
+
+// inlinePartial counts frames whose inline write the socket cut short (for
+// tests: the goroutine that finishes them is the rare path).
+var inlinePartial atomic.Int64
+
+// sendStart sends buf to peer: a small frame inline when the socket takes
+// it at once, otherwise (or for what the socket did not take) in a
+// goroutine counted by wg, which it returns (made if nil).
+func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, buf []byte, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
+	if len(buf) > inlineMax || t.shift != 0 && len(buf) > 1<<t.shift {
+		return t.sendAsync(ctx, peer, tag, buf, wg, report)
+	}
+	if err := transport.CheckPeer("send", t.rank, t.size, peer); err != nil {
+		report(err)
+		return wg
+	}
+	p := t.peers[peer]
+	d := &p.snd
+	d.mu.Lock()
+	if err := t.usable(p, false); err != nil {
+		d.mu.Unlock()
+		report(t.fail("send", peer, err))
+		return wg
+	}
+	if err := ctx.Err(); err != nil {
+		d.mu.Unlock()
+		report(t.fail("send", peer, err))
+		return wg
+	}
+	encodeFrameHeader(&d.hdr, frameHeader{tag: tag, length: uint64(len(buf)), shift: t.shift, crc: crc32c(buf)})
+	n, err := d.tryWritev(d.hdr[:], buf)
+	switch {
+	case err != nil:
+		err = t.fail("send", peer, t.classify(ctx, p, err, n > 0))
+		d.mu.Unlock()
+		report(err)
+		return wg
+	case n == frameHeaderLen+len(buf):
+		d.mu.Unlock()
+		return wg
+	}
+	inlinePartial.Add(1)
+	return t.finishSend(ctx, p, buf, n, wg, report)
+}
+
+// finishSend writes the rest of a frame whose first n bytes the socket took
+// (n may be 0) in a goroutine, which inherits p.snd.mu and unlocks it.
+func (t *Transport) finishSend(ctx context.Context, p *peer, buf []byte, n int, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
+	wg = addOne(wg)
+	d := &p.snd
+	go func() {
+		defer wg.Done()
+		defer d.mu.Unlock()
+		defer clear(d.bufs[:])
+		stop := d.arm(ctx)
+		if n < frameHeaderLen {
+			d.bufs[0], d.bufs[1] = d.hdr[n:], buf
+		} else {
+			d.bufs[0], d.bufs[1] = nil, buf[n-frameHeaderLen:]
+		}
+		d.nb = d.bufs[:]
+		w, err := d.nb.WriteTo(d.c)
+		d.disarm(stop)
+		if err != nil {
+			report(t.fail("send", p.id, t.classify(ctx, p, err, n > 0 || w > 0)))
+		}
+	}()
+	return wg
+}

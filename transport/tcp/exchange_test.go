@@ -1,0 +1,173 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/detcoll/detcoll/store"
+	"github.com/detcoll/detcoll/transport"
+)
+
+// allToAll runs Exchange on every rank at once: rank r sends msg(r, p) to
+// every p and checks what it receives, bit for bit.
+func allToAll(t *testing.T, ts []*Transport, tag transport.Tag, size func(from, to int) int) {
+	t.Helper()
+	msg := func(from, to int) []byte { return pattern(size(from, to), 100*from+to) }
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([][]error, len(ts))
+	got := make([][][]byte, len(ts))
+	for r, tr := range ts {
+		got[r] = make([][]byte, len(ts))
+		for p := range ts {
+			if p != r {
+				got[r][p] = make([]byte, size(p, r))
+			}
+		}
+		wg.Go(func() {
+			var mu sync.Mutex
+			tr.Exchange(ctx, tag,
+				func(p int) ([]byte, bool) { return msg(r, p), true },
+				func(p int) ([]byte, bool) { return got[r][p], true },
+				func(err error) { mu.Lock(); errs[r] = append(errs[r], err); mu.Unlock() })
+		})
+	}
+	wg.Wait()
+	for r := range ts {
+		if len(errs[r]) > 0 {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		for p := range ts {
+			if p != r && !bytes.Equal(got[r][p], msg(p, r)) {
+				t.Fatalf("rank %d from %d: payload differs", r, p)
+			}
+		}
+	}
+}
+
+func TestExchange(t *testing.T) {
+	for _, w := range []int{2, 3, 5} {
+		// A 16 KiB send buffer cannot take a 64 KiB frame at once: the
+		// inline write is cut short and a goroutine finishes it.
+		for _, opt := range []Options{{}, {ChunkSize: 4096}, {WriteBuffer: 16 << 10}} {
+			t.Run(fmt.Sprintf("W=%d/%+v", w, opt), func(t *testing.T) {
+				ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchg"), w, opt)
+				defer closeAll(ts)
+				sizes := []func(int, int) int{
+					func(int, int) int { return 4096 },
+					func(int, int) int { return 0 },
+					func(int, int) int { return inlineMax },                           // inline; with 4 KiB socket buffers it is cut short
+					func(f, to int) int { return (f*7 + to*131) * 997 % (150 << 10) }, // a mix, both sides of inlineMax
+				}
+				if opt == (Options{}) {
+					sizes = append(sizes, func(int, int) int { return 600 << 10 }) // two chunks, goroutines
+				}
+				before := inlinePartial.Load()
+				for i, size := range sizes {
+					allToAll(t, ts, transport.Tag{Phase: 4, Seq: uint64(i)}, size)
+				}
+				if opt.WriteBuffer > 0 && inlinePartial.Load() == before {
+					t.Fatal("no inline write was cut short: the finishing path went untested")
+				}
+				// Exchange and plain Send/Recv interleave on the same streams.
+				exchange(t, ts[0], ts[1], 3, pattern(5000, 9))
+				allToAll(t, ts, transport.Tag{Phase: 5}, sizes[0])
+			})
+		}
+	}
+}
+
+func TestExchangeErrors(t *testing.T) {
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchgerr"), 3, Options{})
+	defer closeAll(ts)
+	// Rank 2 is gone: rank 0's exchange reports it and still finishes the
+	// rest (rank 1 runs its exchange too).
+	ts[2].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs [2][]error
+	for r := range 2 {
+		wg.Go(func() {
+			ts[r].Exchange(ctx, tg(1),
+				func(p int) ([]byte, bool) { return pattern(1000, r), true },
+				func(p int) ([]byte, bool) { return make([]byte, 1000), true },
+				func(err error) { mu.Lock(); errs[r] = append(errs[r], err); mu.Unlock() })
+		})
+	}
+	wg.Wait()
+	for r := range 2 {
+		found := false
+		for _, err := range errs[r] {
+			var te *transport.Error
+			if errors.As(err, &te) && te.Peer == 2 && errors.Is(err, transport.ErrPeerClosed) {
+				found = true
+			} else {
+				t.Errorf("rank %d: unexpected error %v", r, err)
+			}
+		}
+		if !found {
+			t.Errorf("rank %d: no ErrPeerClosed from rank 2 in %v", r, errs[r])
+		}
+	}
+
+	// A peer that never sends: the context bounds the inline receive, and
+	// nothing moved, so the connection stays usable.
+	ts2 := connectGroup(t, store.NewMemory(), uniquePrefix("xchgctx"), 2, Options{})
+	defer closeAll(ts2)
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelShort()
+	var got []error
+	start := time.Now()
+	ts2[0].Exchange(short, tg(2),
+		func(int) ([]byte, bool) { return nil, false },
+		func(int) ([]byte, bool) { return make([]byte, 10), true },
+		func(err error) { got = append(got, err) })
+	if len(got) != 1 || !errors.Is(got[0], context.DeadlineExceeded) || errors.Is(got[0], ErrBroken) {
+		t.Fatalf("want one plain DeadlineExceeded, got %v", got)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the deadline took %v to end the exchange", d)
+	}
+	exchange(t, ts2[1], ts2[0], 2, pattern(10, 1))
+}
+
+// TestExchangeDoesNotAllocate: small exchanges with a context that cannot
+// be cancelled allocate nothing in the transport.
+func TestExchangeDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchgalloc"), 2, Options{})
+	defer closeAll(ts)
+	ctx := context.Background()
+	bufs := [2][2][]byte{{pattern(4096, 1), make([]byte, 4096)}, {pattern(4096, 2), make([]byte, 4096)}}
+	sends := [2]func(int) ([]byte, bool){
+		func(int) ([]byte, bool) { return bufs[0][0], true },
+		func(int) ([]byte, bool) { return bufs[1][0], true },
+	}
+	recvs := [2]func(int) ([]byte, bool){
+		func(int) ([]byte, bool) { return bufs[0][1], true },
+		func(int) ([]byte, bool) { return bufs[1][1], true },
+	}
+	report := func(err error) { panic(err) }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 1 + 1 + 200 { // our warm-up, AllocsPerRun's warm-up, its runs
+			ts[1].Exchange(ctx, tg(1), sends[1], recvs[1], report)
+		}
+	}()
+	ts[0].Exchange(ctx, tg(1), sends[0], recvs[0], report) // warm up
+	if n := testing.AllocsPerRun(200, func() { ts[0].Exchange(ctx, tg(1), sends[0], recvs[0], report) }); n != 0 {
+		t.Fatalf("%.1f allocations per Exchange", n)
+	}
+	<-done
+}
