@@ -292,28 +292,14 @@ func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	report := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		// A tag mismatch says what went wrong; the errors it causes on the
-		// other pairs (cancelled, peer closed) do not.
-		mism := errors.Is(err, transport.ErrTagMismatch)
-		if first == nil || (mism && !errors.Is(first, transport.ErrTagMismatch)) {
-			first = err
-		}
-		if mism {
-			// Let the other pairs finish for a moment, so the peers read
-			// this rank's messages and see the mismatch themselves.
-			time.AfterFunc(mismatchGrace, cancel)
-			return
-		}
-		cancel()
+	if x, ok := c.t.(transport.Exchanger); ok {
+		// No goroutine per message (docs/benchmarks/tcp-lean-2026-12-01.md).
+		st := &stepErrors{cancel: cancel}
+		x.Exchange(ctx, tg, sendBuf, recvBuf, st.report)
+		return st.result()
 	}
+	st := &stepErrors{cancel: cancel}
+	var wg sync.WaitGroup
 	for p := 0; p < c.size; p++ {
 		if p == c.rank {
 			continue
@@ -323,7 +309,7 @@ func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf 
 			go func(p int, b []byte) {
 				defer wg.Done()
 				if err := c.t.Send(ctx, p, tg, b); err != nil {
-					report(err)
+					st.report(err)
 				}
 			}(p, b)
 		}
@@ -332,13 +318,45 @@ func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf 
 			go func(p int, b []byte) {
 				defer wg.Done()
 				if err := c.t.Recv(ctx, p, tg, b); err != nil {
-					report(err)
+					st.report(err)
 				}
 			}(p, b)
 		}
 	}
 	wg.Wait()
-	return first
+	return st.result()
+}
+
+// stepErrors keeps the error an exchange step returns: the first one, or a
+// tag mismatch over anything else.
+type stepErrors struct {
+	mu     sync.Mutex
+	first  error
+	cancel context.CancelFunc
+}
+
+func (st *stepErrors) report(err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// A tag mismatch says what went wrong; the errors it causes on the
+	// other pairs (cancelled, peer closed) do not.
+	mism := errors.Is(err, transport.ErrTagMismatch)
+	if st.first == nil || (mism && !errors.Is(st.first, transport.ErrTagMismatch)) {
+		st.first = err
+	}
+	if mism {
+		// Let the other pairs finish for a moment, so the peers read
+		// this rank's messages and see the mismatch themselves.
+		time.AfterFunc(mismatchGrace, st.cancel)
+		return
+	}
+	st.cancel()
+}
+
+func (st *stepErrors) result() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.first
 }
 
 // allGatherBlocks sends mine to every peer and receives peer p's block into

@@ -67,6 +67,17 @@ type Splitter interface {
 	Sub(ctx context.Context, id uint64, ranks []int) (Transport, error)
 }
 
+// Exchanger is implemented by transports that can run one step of a
+// collective with every peer at once more cheaply than a goroutine per Send
+// and Recv: for every peer p it sends sendBuf(p) and receives recvBuf(p)
+// under tag (skipping either when its ok result is false) and returns once
+// all have finished. Errors go to report, which may be called from any
+// goroutine and may cancel ctx to stop the rest; Exchange returns nothing
+// itself. The ordering and buffer rules are those of Send and Recv.
+type Exchanger interface {
+	Exchange(ctx context.Context, tag Tag, sendBuf, recvBuf func(peer int) ([]byte, bool), report func(error))
+}
+
 // Namer is implemented by transports that can describe themselves ("inproc",
 // "tcp", "nccl") for reports and errors.
 type Namer interface {

@@ -13,6 +13,8 @@ import (
 // buffer with one writev, and reading it is one read.
 const inlineMax = 64 << 10
 
+var _ transport.Exchanger = (*Transport)(nil)
+
 // Exchange runs one step of a collective with every peer p: it sends
 // sendBuf(p) to p and receives recvBuf(p) from p, skipping either when its
 // ok result is false, and returns once all of them have finished. Every
