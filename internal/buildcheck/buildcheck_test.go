@@ -33,8 +33,9 @@ var (
 	rocmWitness = []string{"libamdhip64.so", "librccl.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}
 )
 
-// The vendor-neutral GPU packages: in every build, importing no vendor.
-var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn"}
+// The vendor-neutral GPU packages: in every build, importing no vendor
+// (internal/binding: the shared half of the dlopened bindings).
+var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn", "internal/binding"}
 
 type config struct {
 	name       string

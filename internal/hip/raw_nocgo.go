@@ -10,9 +10,6 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string                { return "" }
-func haveSym(sym) bool                   { return false }
-func resolvedName(s sym) string          { return symbols[s].candidates[0] }
 func rErrorName(Result) (string, bool)   { return "", false }
 func rErrorString(Result) (string, bool) { return "", false }
 

@@ -1,0 +1,95 @@
+package binding
+
+import (
+	"fmt"
+
+	"github.com/detcoll/detcoll/internal/dl"
+)
+
+// Symbol is one entry point of a library.
+type Symbol struct {
+	API        string   // the name in the vendor's documentation
+	Candidates []string // exported names to try, best first
+	Optional   bool     // the binding works without it
+}
+
+// Table is a library's symbols and, once Open succeeded, their addresses.
+// Open is called once (under the binding's sync.Once); the other methods
+// only read and are safe for concurrent use after it.
+type Table struct {
+	Symbols  []Symbol
+	ptrs     []uintptr
+	resolved []string
+	lib      *dl.Library
+}
+
+// NewTable is a table of syms, not yet opened.
+func NewTable(syms []Symbol) *Table {
+	return &Table{Symbols: syms, ptrs: make([]uintptr, len(syms)), resolved: make([]string, len(syms))}
+}
+
+// LoadError is why Open failed: Call is "dlopen" (no candidate library
+// could be opened) or "dlsym" (a required symbol is missing). Each binding
+// turns it into its own *Error with its "unavailable" code.
+type LoadError struct {
+	Call    string
+	Message string
+}
+
+func (e *LoadError) Error() string { return e.Call + ": " + e.Message }
+
+// Open opens the library ($env alone when set, else names in order) and
+// resolves every symbol.
+func (t *Table) Open(env string, names ...string) error {
+	l, err := dl.Open(env, names...)
+	if err != nil {
+		return &LoadError{Call: "dlopen", Message: err.Error()}
+	}
+	for i := range t.Symbols {
+		s := &t.Symbols[i]
+		p, name, err := l.SymAny(s.Candidates...)
+		if err != nil {
+			if s.Optional {
+				continue
+			}
+			return &LoadError{Call: "dlsym", Message: fmt.Sprintf("%s lacks %s: %v", l.Path(), s.API, err)}
+		}
+		t.ptrs[i] = uintptr(p)
+		t.resolved[i] = name
+	}
+	t.lib = l
+	return nil
+}
+
+// Ptr is the address of symbol i (0 when not resolved).
+func (t *Table) Ptr(i int) uintptr { return t.ptrs[i] }
+
+// Have reports whether symbol i was resolved.
+func (t *Table) Have(i int) bool { return t.ptrs[i] != 0 }
+
+// Resolved is the exported name bound for symbol i: the one resolved, else
+// the preferred candidate.
+func (t *Table) Resolved(i int) string {
+	if t.resolved[i] != "" {
+		return t.resolved[i]
+	}
+	return t.Symbols[i].Candidates[0]
+}
+
+// Lookup is the index of the symbol documented as api.
+func (t *Table) Lookup(api string) (int, bool) {
+	for i := range t.Symbols {
+		if t.Symbols[i].API == api {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// Path is the file of the opened library ("" before a successful Open).
+func (t *Table) Path() string {
+	if t.lib == nil {
+		return ""
+	}
+	return t.lib.Path()
+}
