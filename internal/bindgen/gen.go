@@ -34,7 +34,7 @@ func Generate(s *Spec) ([]byte, error) {
 	p("// syms lists the entry points of %s:\n", lib)
 	p("// documented name, exported candidates best first, and whether the\n")
 	p("// binding works without it.\n")
-	p("var syms = binding.NewTable([]binding.Symbol{\n")
+	p("var syms = binding.NewTable[sym]([]binding.Symbol{\n")
 	for _, f := range s.Funcs {
 		p("%s: {API: %q, Candidates: []string{", f.API, f.API)
 		for i, c := range f.Candidates {

@@ -67,7 +67,7 @@ func TestName(t *testing.T) {
 }
 
 func TestTableUnopened(t *testing.T) {
-	tb := NewTable([]Symbol{{API: "tInit", Candidates: []string{"tInit_v2", "tInit"}}, {API: "tOpt", Candidates: []string{"tOpt"}, Optional: true}})
+	tb := NewTable[int]([]Symbol{{API: "tInit", Candidates: []string{"tInit_v2", "tInit"}}, {API: "tOpt", Candidates: []string{"tOpt"}, Optional: true}})
 	if tb.Have(0) || tb.Ptr(1) != 0 || tb.Path() != "" {
 		t.Error("an unopened table has symbols")
 	}
@@ -77,13 +77,16 @@ func TestTableUnopened(t *testing.T) {
 	if i, ok := tb.Lookup("tOpt"); !ok || i != 1 {
 		t.Errorf("Lookup(tOpt) = %d, %v", i, ok)
 	}
+	if tb.SymbolName("tOpt") != "tOpt" || tb.SymbolName("tNone") != "" || tb.API(0) != "tInit" {
+		t.Error("SymbolName/API do not follow the table")
+	}
 	if _, ok := tb.Lookup("tNone"); ok {
 		t.Error("Lookup found an unknown name")
 	}
 }
 
 func TestTableOpenFails(t *testing.T) {
-	tb := NewTable([]Symbol{{API: "tInit", Candidates: []string{"tInit"}}})
+	tb := NewTable[int]([]Symbol{{API: "tInit", Candidates: []string{"tInit"}}})
 	t.Setenv("DETCOLL_BINDING_TEST_LIB", "/nonexistent/libnothing.so")
 	err := tb.Open("DETCOLL_BINDING_TEST_LIB", "libnothing.so")
 	var le *LoadError

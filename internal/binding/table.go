@@ -13,19 +13,19 @@ type Symbol struct {
 	Optional   bool     // the binding works without it
 }
 
-// Table is a library's symbols and, once Open succeeded, their addresses.
+// Table is a library's symbols, indexed by the binding's sym type S and, once Open succeeded, their addresses.
 // Open is called once (under the binding's sync.Once); the other methods
 // only read and are safe for concurrent use after it.
-type Table struct {
+type Table[S ~int] struct {
 	Symbols  []Symbol
 	ptrs     []uintptr
 	resolved []string
 	lib      *dl.Library
 }
 
-// NewTable is a table of syms, not yet opened.
-func NewTable(syms []Symbol) *Table {
-	return &Table{Symbols: syms, ptrs: make([]uintptr, len(syms)), resolved: make([]string, len(syms))}
+// NewTable is a table of syms (indexed by S), not yet opened.
+func NewTable[S ~int](syms []Symbol) *Table[S] {
+	return &Table[S]{Symbols: syms, ptrs: make([]uintptr, len(syms)), resolved: make([]string, len(syms))}
 }
 
 // LoadError is why Open failed: Call is "dlopen" (no candidate library
@@ -40,7 +40,7 @@ func (e *LoadError) Error() string { return e.Call + ": " + e.Message }
 
 // Open opens the library ($env alone when set, else names in order) and
 // resolves every symbol.
-func (t *Table) Open(env string, names ...string) error {
+func (t *Table[S]) Open(env string, names ...string) error {
 	l, err := dl.Open(env, names...)
 	if err != nil {
 		return &LoadError{Call: "dlopen", Message: err.Error()}
@@ -61,33 +61,45 @@ func (t *Table) Open(env string, names ...string) error {
 	return nil
 }
 
-// Ptr is the address of symbol i (0 when not resolved).
-func (t *Table) Ptr(i int) uintptr { return t.ptrs[i] }
+// Ptr is the address of symbol s (0 when not resolved).
+func (t *Table[S]) Ptr(s S) uintptr { return t.ptrs[s] }
 
-// Have reports whether symbol i was resolved.
-func (t *Table) Have(i int) bool { return t.ptrs[i] != 0 }
+// Have reports whether symbol s was resolved.
+func (t *Table[S]) Have(s S) bool { return t.ptrs[s] != 0 }
 
-// Resolved is the exported name bound for symbol i: the one resolved, else
+// Resolved is the exported name bound for symbol s: the one resolved, else
 // the preferred candidate.
-func (t *Table) Resolved(i int) string {
-	if t.resolved[i] != "" {
-		return t.resolved[i]
+func (t *Table[S]) Resolved(s S) string {
+	if t.resolved[s] != "" {
+		return t.resolved[s]
 	}
-	return t.Symbols[i].Candidates[0]
+	return t.Symbols[s].Candidates[0]
+}
+
+// API is the documented name of symbol s.
+func (t *Table[S]) API(s S) string { return t.Symbols[s].API }
+
+// SymbolName is the exported name bound for the symbol documented as api
+// (see Resolved), or "" for a name the table does not list.
+func (t *Table[S]) SymbolName(api string) string {
+	if s, ok := t.Lookup(api); ok {
+		return t.Resolved(s)
+	}
+	return ""
 }
 
 // Lookup is the index of the symbol documented as api.
-func (t *Table) Lookup(api string) (int, bool) {
+func (t *Table[S]) Lookup(api string) (S, bool) {
 	for i := range t.Symbols {
 		if t.Symbols[i].API == api {
-			return i, true
+			return S(i), true
 		}
 	}
 	return 0, false
 }
 
 // Path is the file of the opened library ("" before a successful Open).
-func (t *Table) Path() string {
+func (t *Table[S]) Path() string {
 	if t.lib == nil {
 		return ""
 	}

@@ -29,17 +29,14 @@ func LibraryPath() string {
 	if Init() != nil {
 		return ""
 	}
-	return libraryPath()
+	return syms.Path()
 }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "cuMemAlloc" → "cuMemAlloc_v2"): the one loaded when the driver is loaded,
 // else the preferred candidate; "" for an unknown name.
 func SymbolName(api string) string {
-	if s, ok := lookup(api); ok {
-		return resolvedName(s)
-	}
-	return ""
+	return syms.SymbolName(api)
 }
 
 // errorOf turns a CUresult from symbol s into an *Error (nil on success).
@@ -47,9 +44,9 @@ func errorOf(s sym, r Result) error {
 	if r == ResultSuccess {
 		return nil
 	}
-	e := &Error{Code: r, Call: resolvedName(s)}
+	e := &Error{Code: r, Call: syms.Resolved(s)}
 	if r == ResultSymbolNotFound {
-		e.Message = "the loaded driver does not export " + syms.Symbols[s].API
+		e.Message = "the loaded driver does not export " + syms.API(s)
 	}
 	if n, ok := rErrorName(r); ok && r >= 0 {
 		e.Name = n
@@ -69,7 +66,7 @@ func call(s sym, f func() Result) error {
 	if err := Init(); err != nil {
 		return err
 	}
-	if !have(s) {
+	if !syms.Have(s) {
 		return errorOf(s, ResultSymbolNotFound)
 	}
 	return errorOf(s, f())

@@ -51,3 +51,5 @@
 // plain values; the zero Stream is the legacy default stream. Ownership is
 // the caller's: whoever creates a handle destroys it, once.
 package cuda
+
+//go:generate go run ../bindgen

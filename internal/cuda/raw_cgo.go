@@ -95,14 +95,16 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
-func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(int(s))) }
+func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 
 // load opens the driver, resolves the table and calls cuInit(0).
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames...); err != nil {
-		return loadError(err)
+		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
 	}
 	if r := Result(C.w_i(fn(cuInit), 0)); r != ResultSuccess {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errorOf(cuInit, r))
@@ -111,7 +113,7 @@ func load() error {
 }
 
 func rErrorName(r Result) (string, bool) {
-	if !have(cuGetErrorName) {
+	if !syms.Have(cuGetErrorName) {
 		return "", false
 	}
 	var s *C.char
@@ -122,7 +124,7 @@ func rErrorName(r Result) (string, bool) {
 }
 
 func rErrorString(r Result) (string, bool) {
-	if !have(cuGetErrorString) {
+	if !syms.Have(cuGetErrorString) {
 		return "", false
 	}
 	var s *C.char

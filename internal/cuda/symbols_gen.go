@@ -73,7 +73,7 @@ const (
 // syms lists the entry points of the CUDA driver API (libcuda):
 // documented name, exported candidates best first, and whether the
 // binding works without it.
-var syms = binding.NewTable([]binding.Symbol{
+var syms = binding.NewTable[sym]([]binding.Symbol{
 	cuInit:                    {API: "cuInit", Candidates: []string{"cuInit"}},
 	cuDriverGetVersion:        {API: "cuDriverGetVersion", Candidates: []string{"cuDriverGetVersion"}},
 	cuGetErrorName:            {API: "cuGetErrorName", Candidates: []string{"cuGetErrorName"}, Optional: true},

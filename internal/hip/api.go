@@ -44,7 +44,7 @@ func LibraryPath() string {
 	if Load() != nil {
 		return ""
 	}
-	return libraryPath()
+	return syms.Path()
 }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
@@ -52,10 +52,7 @@ func LibraryPath() string {
 // one loaded when the library is loaded and exports one, else the preferred
 // candidate; "" for an unknown name.
 func SymbolName(api string) string {
-	if s, ok := lookup(api); ok {
-		return resolvedName(s)
-	}
-	return ""
+	return syms.SymbolName(api)
 }
 
 // errorOf turns a hipError_t from symbol s into an *Error (nil on success).
@@ -63,9 +60,9 @@ func errorOf(s sym, r Result) error {
 	if r == ResultSuccess {
 		return nil
 	}
-	e := &Error{Code: r, Call: resolvedName(s)}
+	e := &Error{Code: r, Call: syms.Resolved(s)}
 	if r == ResultSymbolNotFound {
-		e.Message = "the loaded HIP runtime does not export " + syms.Symbols[s].API
+		e.Message = "the loaded HIP runtime does not export " + syms.API(s)
 	}
 	e.Name = ResultName(r)
 	if r >= 0 {
@@ -83,9 +80,6 @@ func errorOf(s sym, r Result) error {
 	return e
 }
 
-// have reports whether the library exports s (false before Load).
-func have(s sym) bool { return haveSym(s) }
-
 // call is the common prologue of device calls: init, check an optional
 // symbol, map the result.
 func call(s sym, f func() Result) error {
@@ -97,7 +91,7 @@ func call(s sym, f func() Result) error {
 
 // callLoaded is call for entry points that work without a device.
 func callLoaded(s sym, f func() Result) error {
-	if !have(s) {
+	if !syms.Have(s) {
 		return errorOf(s, ResultSymbolNotFound)
 	}
 	return errorOf(s, f())
@@ -243,7 +237,7 @@ func (d Device) Properties() (DeviceProps, error) {
 	if err := call(hipGetDeviceProperties, func() Result { return rGetDeviceProperties(buf, d) }); err != nil {
 		return DeviceProps{}, err
 	}
-	return parseProps(buf, resolvedName(hipGetDeviceProperties), name, warp)
+	return parseProps(buf, syms.Resolved(hipGetDeviceProperties), name, warp)
 }
 
 // DeviceSynchronize waits for all work of the current device.
@@ -625,7 +619,7 @@ func IPCAvailable() error {
 		return err
 	}
 	for _, s := range []sym{hipIpcGetMemHandle, hipIpcOpenMemHandle, hipIpcCloseMemHandle, hipIpcGetEventHandle, hipIpcOpenEventHandle} {
-		if !have(s) {
+		if !syms.Have(s) {
 			return errorOf(s, ResultSymbolNotFound)
 		}
 	}

@@ -62,3 +62,5 @@
 // values; the zero Stream is the null stream. Whoever creates a handle
 // destroys it, once.
 package hip
+
+//go:generate go run ../bindgen

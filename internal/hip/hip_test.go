@@ -42,7 +42,7 @@ func TestSymbolTable(t *testing.T) {
 	for _, s := range []sym{hipMalloc, hipFree, hipModuleLoadData, hipModuleGetFunction, hipModuleLaunchKernel, hipStreamCreateWithFlags,
 		hipEventCreateWithFlags, hipEventElapsedTime, hipMemcpyDtoDAsync, hipSetDevice, hipDeviceGetAttribute} {
 		if syms.Symbols[s].Optional {
-			t.Errorf("%s is optional", syms.Symbols[s].API)
+			t.Errorf("%s is optional", syms.API(s))
 		}
 	}
 	if SymbolName("hipNoSuchThing") != "" {

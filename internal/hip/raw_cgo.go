@@ -111,20 +111,22 @@ import "C"
 
 import (
 	"unsafe"
+
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
-func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(int(s))) }
+func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 
 // load opens the runtime and resolves the table (no hipInit: see Init).
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
-		return loadError(err)
+		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
 	}
 	return nil
 }
 
 func rErrorName(r Result) (string, bool) {
-	if !haveSym(hipGetErrorName) {
+	if !syms.Have(hipGetErrorName) {
 		return "", false
 	}
 	s := C.w_errstr(fn(hipGetErrorName), C.int(r))
@@ -135,7 +137,7 @@ func rErrorName(r Result) (string, bool) {
 }
 
 func rErrorString(r Result) (string, bool) {
-	if !haveSym(hipGetErrorString) {
+	if !syms.Have(hipGetErrorString) {
 		return "", false
 	}
 	s := C.w_errstr(fn(hipGetErrorString), C.int(r))

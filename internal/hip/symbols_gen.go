@@ -73,7 +73,7 @@ const (
 // syms lists the entry points of the HIP runtime API (libamdhip64):
 // documented name, exported candidates best first, and whether the
 // binding works without it.
-var syms = binding.NewTable([]binding.Symbol{
+var syms = binding.NewTable[sym]([]binding.Symbol{
 	hipInit:                      {API: "hipInit", Candidates: []string{"hipInit"}},
 	hipRuntimeGetVersion:         {API: "hipRuntimeGetVersion", Candidates: []string{"hipRuntimeGetVersion"}},
 	hipDriverGetVersion:          {API: "hipDriverGetVersion", Candidates: []string{"hipDriverGetVersion"}},
