@@ -9,7 +9,7 @@ import (
 )
 
 // packages are the bindings generated from a symbols.txt.
-var packages = []string{"cuda", "hip", "nvrtc", "hiprtc"}
+var packages = []string{"cuda", "hip", "nvrtc", "hiprtc", "cublas"}
 
 // TestGeneratedUpToDate regenerates every binding's symbols_gen.go and
 // byte-compares it with the checked-in file: a symbols.txt edited without

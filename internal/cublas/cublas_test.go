@@ -8,17 +8,17 @@ import (
 
 func TestSymbolTable(t *testing.T) {
 	seen := map[string]bool{}
-	for i, s := range symbols {
-		if s.api == "" || len(s.candidates) == 0 {
+	for i, s := range syms.Symbols {
+		if s.API == "" || len(s.Candidates) == 0 {
 			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
 		}
-		if seen[s.api] {
-			t.Fatalf("duplicate api %s", s.api)
+		if seen[s.API] {
+			t.Fatalf("duplicate api %s", s.API)
 		}
-		seen[s.api] = true
-		for _, c := range s.candidates {
-			if !strings.HasPrefix(c, s.api) {
-				t.Errorf("%s: candidate %s is not a variant of it", s.api, c)
+		seen[s.API] = true
+		for _, c := range s.Candidates {
+			if !strings.HasPrefix(c, s.API) {
+				t.Errorf("%s: candidate %s is not a variant of it", s.API, c)
 			}
 		}
 	}
@@ -37,9 +37,9 @@ func TestSymbolTable(t *testing.T) {
 	if SymbolName("cublasNoSuchThing") != "" {
 		t.Error("unknown api has a symbol")
 	}
-	for _, req := range []sym{sCreate, sDestroy, sSetStream, sSetMathMode, sGemmEx, sGemmStridedBatchedEx} {
-		if symbols[req].optional {
-			t.Errorf("%s must be required", symbols[req].api)
+	for _, req := range []sym{cublasCreate, cublasDestroy, cublasSetStream, cublasSetMathMode, cublasGemmEx, cublasGemmStridedBatchedEx} {
+		if syms.Symbols[req].Optional {
+			t.Errorf("%s must be required", syms.Symbols[req].API)
 		}
 	}
 }
@@ -91,7 +91,7 @@ func TestErrors(t *testing.T) {
 	if StatusName(42) != "CUBLAS_STATUS_42" || StatusName(StatusExecutionFailed) != "CUBLAS_STATUS_EXECUTION_FAILED" {
 		t.Fatal("status names")
 	}
-	if got := errorOf(sGemmEx, StatusSymbolNotFound).Error(); !strings.Contains(got, "does not export cublasGemmEx") {
+	if got := errorOf(cublasGemmEx, StatusSymbolNotFound).Error(); !strings.Contains(got, "does not export cublasGemmEx") {
 		t.Fatalf("missing symbol message: %s", got)
 	}
 	if (PedanticMath | DisallowReducedPrecisionReduction).String() != "CUBLAS_PEDANTIC_MATH|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION" {
