@@ -9,7 +9,7 @@ import (
 )
 
 // packages are the bindings generated from a symbols.txt.
-var packages = []string{"cuda", "hip", "nvrtc", "hiprtc", "cublas"}
+var packages = []string{"cuda", "hip", "nvrtc", "hiprtc", "cublas", "ccl"}
 
 // TestGeneratedUpToDate regenerates every binding's symbols_gen.go and
 // byte-compares it with the checked-in file: a symbols.txt edited without
@@ -83,6 +83,20 @@ message 0 all well
 	}
 }
 
+func TestGeneratePerLoad(t *testing.T) {
+	spec, err := Parse("t.txt", []byte("package x\ntable per-load\nfn xInit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Generate(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "func newSyms() *binding.Table[sym] {") || strings.Contains(string(out), "var syms") {
+		t.Errorf("per-load output:\n%s", out)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
 		{"fn xInit\n", "no package line"},
@@ -96,6 +110,7 @@ func TestParseErrors(t *testing.T) {
 		{"package x\nfn xInit\nresult R names X_%d\ncode one A\n", "t.txt:4: code:"},
 		{"package x\nfn xInit\ncode 1 A\n", "without a result line"},
 		{"package 1x\n", "t.txt:1: package wants one identifier"},
+		{"package x\nfn xInit\ntable global\n", "t.txt:3: table wants per-load"},
 	} {
 		_, err := Parse("t.txt", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -34,7 +34,12 @@ func Generate(s *Spec) ([]byte, error) {
 	p("// syms lists the entry points of %s:\n", lib)
 	p("// documented name, exported candidates best first, and whether the\n")
 	p("// binding works without it.\n")
-	p("var syms = binding.NewTable[sym]([]binding.Symbol{\n")
+	if s.PerLoad {
+		p("// (a fresh table per load: a process may load the library more than once).\n")
+		p("func newSyms() *binding.Table[sym] {\n\treturn binding.NewTable[sym]([]binding.Symbol{\n")
+	} else {
+		p("var syms = binding.NewTable[sym]([]binding.Symbol{\n")
+	}
 	for _, f := range s.Funcs {
 		p("%s: {API: %q, Candidates: []string{", f.API, f.API)
 		for i, c := range f.Candidates {
@@ -50,6 +55,9 @@ func Generate(s *Spec) ([]byte, error) {
 		p("},\n")
 	}
 	p("})\n")
+	if s.PerLoad {
+		p("}\n")
+	}
 	if s.Result != "" {
 		writeCodes(&b, s.NamesVar, s.Result, "names the "+s.Result+" codes", s.Codes)
 		if len(s.Messages) > 0 {

@@ -14,6 +14,7 @@ type Spec struct {
 	Package  string
 	Library  string // what the table is, for the generated comment ("the CUDA driver")
 	Funcs    []Func
+	PerLoad  bool   // one table per load (newSyms) rather than the package's syms
 	Result   string // Go type of the result codes ("" when the list has none)
 	NamesVar string // the generated map's name (default resultNames)
 	Fallback string // name format for unlisted codes, one %d
@@ -44,6 +45,7 @@ type Code struct {
 //	package NAME                 the Go package
 //	library WORDS…               what the table is (for the comment)
 //	fn API [optional] [CAND…]    an entry point; no CAND means API itself
+//	table per-load               generate newSyms(), a fresh table per load, not var syms
 //	result TYPE VAR FALLBACK     the result type, the map's name, the format of unlisted codes
 //	code N NAME                  a result code's name
 //	message N WORDS…             a result code's built-in description
@@ -98,6 +100,11 @@ func Parse(file string, src []byte) (*Spec, error) {
 			}
 			seen[fn.API] = n
 			s.Funcs = append(s.Funcs, fn)
+		case "table":
+			if len(args) != 1 || args[0] != "per-load" {
+				return nil, bad("table wants per-load")
+			}
+			s.PerLoad = true
 		case "result":
 			if len(args) != 3 || !token.IsIdentifier(args[0]) || !token.IsIdentifier(args[1]) {
 				return nil, bad("result wants TYPE VAR FALLBACK")

@@ -85,6 +85,13 @@ func TestTableUnopened(t *testing.T) {
 	}
 }
 
+func TestNilTable(t *testing.T) {
+	var tb *Table[int]
+	if tb.Have(0) || tb.Ptr(3) != 0 {
+		t.Error("a nil table has symbols")
+	}
+}
+
 func TestTableOpenFails(t *testing.T) {
 	tb := NewTable[int]([]Symbol{{API: "tInit", Candidates: []string{"tInit"}}})
 	t.Setenv("DETCOLL_BINDING_TEST_LIB", "/nonexistent/libnothing.so")

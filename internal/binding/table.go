@@ -61,11 +61,17 @@ func (t *Table[S]) Open(env string, names ...string) error {
 	return nil
 }
 
-// Ptr is the address of symbol s (0 when not resolved).
-func (t *Table[S]) Ptr(s S) uintptr { return t.ptrs[s] }
+// Ptr is the address of symbol s (0 when not resolved, or t is nil).
+func (t *Table[S]) Ptr(s S) uintptr {
+	if t == nil {
+		return 0
+	}
+	return t.ptrs[s]
+}
 
-// Have reports whether symbol s was resolved.
-func (t *Table[S]) Have(s S) bool { return t.ptrs[s] != 0 }
+// Have reports whether symbol s was resolved (false for a nil t: a
+// binding's zero-value handle has no library).
+func (t *Table[S]) Have(s S) bool { return t.Ptr(s) != 0 }
 
 // Resolved is the exported name bound for symbol s: the one resolved, else
 // the preferred candidate.
@@ -96,6 +102,14 @@ func (t *Table[S]) Lookup(api string) (S, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Name is the candidate that opened ("" before a successful Open).
+func (t *Table[S]) Name() string {
+	if t.lib == nil {
+		return ""
+	}
+	return t.lib.Name()
 }
 
 // Path is the file of the opened library ("" before a successful Open).
