@@ -111,6 +111,9 @@ func TestParseErrors(t *testing.T) {
 		{"package x\nfn xInit\ncode 1 A\n", "without a result line"},
 		{"package 1x\n", "t.txt:1: package wants one identifier"},
 		{"package x\nfn xInit\ntable global\n", "t.txt:3: table wants per-load"},
+		{"package x\nfn xInit role=Nothing\n", `t.txt:2: unknown role "Nothing"`},
+		{"package x\nfn xA role=StreamQuery\nfn xB role=StreamQuery\n", "t.txt:3: role StreamQuery already played by line 2"},
+		{"package x\nfn xA role=StreamQuery\n", "no fn plays role StreamCreate"},
 	} {
 		_, err := Parse("t.txt", []byte(c.src))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

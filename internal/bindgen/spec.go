@@ -7,6 +7,8 @@ import (
 	"go/token"
 	"strconv"
 	"strings"
+
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 // Spec is one library's list: what symbols.txt declares.
@@ -29,6 +31,7 @@ type Func struct {
 	API        string
 	Candidates []string
 	Optional   bool
+	Role       string // the internal/binding/gpurt role it plays, if any
 	Line       int
 }
 
@@ -44,7 +47,8 @@ type Code struct {
 //
 //	package NAME                 the Go package
 //	library WORDS…               what the table is (for the comment)
-//	fn API [optional] [CAND…]    an entry point; no CAND means API itself
+//	fn API [optional] [role=R] [CAND…]  an entry point; no CAND means API itself;
+//	                             role=R: it is gpurt.OpR for the shared handle types
 //	table per-load               generate newSyms(), a fresh table per load, not var syms
 //	result TYPE VAR FALLBACK     the result type, the map's name, the format of unlisted codes
 //	code N NAME                  a result code's name
@@ -53,6 +57,7 @@ func Parse(file string, src []byte) (*Spec, error) {
 	s := &Spec{NamesVar: "resultNames"}
 	seen := map[string]int{}
 	codes := map[int32]int{}
+	roles := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
@@ -85,6 +90,16 @@ func Parse(file string, src []byte) (*Spec, error) {
 			rest := args[1:]
 			if len(rest) > 0 && rest[0] == "optional" {
 				fn.Optional, rest = true, rest[1:]
+			}
+			if len(rest) > 0 && strings.HasPrefix(rest[0], "role=") {
+				fn.Role, rest = strings.TrimPrefix(rest[0], "role="), rest[1:]
+				if _, ok := gpurt.OpNamed(fn.Role); !ok {
+					return nil, bad("unknown role %q", fn.Role)
+				}
+				if prev, ok := roles[fn.Role]; ok {
+					return nil, bad("role %s already played by line %d", fn.Role, prev)
+				}
+				roles[fn.Role] = n
 			}
 			for _, c := range rest {
 				if !token.IsIdentifier(c) {
@@ -140,6 +155,13 @@ func Parse(file string, src []byte) (*Spec, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
+	}
+	if len(roles) > 0 {
+		for o := gpurt.Op(0); o < gpurt.NumOps; o++ {
+			if _, ok := roles[o.String()]; !ok {
+				return nil, fmt.Errorf("%s: no fn plays role %s (a list with roles needs all of them)", file, o)
+			}
+		}
 	}
 	switch {
 	case s.Package == "":

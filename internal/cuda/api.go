@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"fmt"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"runtime"
 	"sync"
 )
@@ -353,117 +354,13 @@ func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
 	return call(cuMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
 }
 
-// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
-func StreamCreate(flags uint32) (Stream, error) {
-	var h uintptr
-	err := call(cuStreamCreate, func() Result { return rCreate(cuStreamCreate, &h, flags) })
-	return Stream(h), err
-}
-
-// Destroy destroys the stream (the default stream is not destroyed).
-func (s Stream) Destroy() error {
-	if s == 0 {
-		return nil
-	}
-	return call(cuStreamDestroy, func() Result { return rHandle(cuStreamDestroy, uintptr(s)) })
-}
-
-// Synchronize waits for all work queued on s.
-func (s Stream) Synchronize() error {
-	return call(cuStreamSynchronize, func() Result { return rHandle(cuStreamSynchronize, uintptr(s)) })
-}
-
-// Query reports whether all work on s has completed.
-func (s Stream) Query() (bool, error) {
-	err := call(cuStreamQuery, func() Result { return rHandle(cuStreamQuery, uintptr(s)) })
-	if e, ok := err.(*Error); ok && e.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// WaitEvent makes future work on s wait for e.
-func (s Stream) WaitEvent(e Event) error {
-	return call(cuStreamWaitEvent, func() Result { return rStreamWaitEvent(s, e) })
-}
-
-// EventCreate creates an event (EventDefault records timing).
-func EventCreate(flags uint32) (Event, error) {
-	var h uintptr
-	err := call(cuEventCreate, func() Result { return rCreate(cuEventCreate, &h, flags) })
-	return Event(h), err
-}
-
-// Record enqueues e on s.
-func (e Event) Record(s Stream) error {
-	return call(cuEventRecord, func() Result { return rHandle2(cuEventRecord, uintptr(e), uintptr(s)) })
-}
-
-// Synchronize waits for e.
-func (e Event) Synchronize() error {
-	return call(cuEventSynchronize, func() Result { return rHandle(cuEventSynchronize, uintptr(e)) })
-}
-
-// Query reports whether e has completed.
-func (e Event) Query() (bool, error) {
-	err := call(cuEventQuery, func() Result { return rHandle(cuEventQuery, uintptr(e)) })
-	if x, ok := err.(*Error); ok && x.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// Destroy destroys the event.
-func (e Event) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(cuEventDestroy, func() Result { return rHandle(cuEventDestroy, uintptr(e)) })
-}
-
-// ElapsedTime is the time in milliseconds between two recorded events.
-func ElapsedTime(start, end Event) (float32, error) {
-	var ms float32
-	err := call(cuEventElapsedTime, func() Result { return rEventElapsedTime(&ms, start, end) })
-	return ms, err
-}
-
 // ModuleLoadData loads a CUBIN or a NUL-terminated PTX image into the
 // current context.
 func ModuleLoadData(image []byte) (Module, error) {
 	if len(image) == 0 {
 		return 0, &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: "empty module image", Call: "cuModuleLoadData"}
 	}
-	var m Module
-	err := call(cuModuleLoadData, func() Result { return rModuleLoadData(&m, image) })
-	return m, err
-}
-
-// Unload unloads the module.
-func (m Module) Unload() error {
-	if m == 0 {
-		return nil
-	}
-	return call(cuModuleUnload, func() Result { return rHandle(cuModuleUnload, uintptr(m)) })
-}
-
-// Function looks up a kernel by its (extern "C") name.
-func (m Module) Function(name string) (Function, error) {
-	var f Function
-	err := call(cuModuleGetFunction, func() Result { return rModuleGetFunction(&f, m, name) })
-	if err != nil {
-		if e, ok := err.(*Error); ok {
-			e.Message += " (kernel " + name + ")"
-		}
-	}
-	return f, err
-}
-
-// Attribute reads a function attribute (registers, local memory …).
-func (f Function) Attribute(a FunctionAttribute) (int, error) {
-	var v int32
-	err := call(cuFuncGetAttribute, func() Result { return rFuncGetAttribute(&v, a, f) })
-	return int(v), err
+	return gpurt.ModuleLoadData[rt](image)
 }
 
 // LaunchKernel enqueues f on s with the parameters laid out in args.
@@ -479,80 +376,6 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args
 			Message: fmt.Sprintf("empty launch grid %v block %v", grid, block), Call: "cuLaunchKernel"}
 	}
 	return call(cuLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// BeginCapture starts capturing s into a graph. With CaptureGlobal or
-// CaptureThreadLocal, EndCapture must run on the same OS thread: capture
-// inside Context.Do.
-func (s Stream) BeginCapture(mode CaptureMode) error {
-	return call(cuStreamBeginCapture, func() Result { return rStreamBeginCapture(s, mode) })
-}
-
-// EndCapture ends the capture and returns the graph (the caller destroys it).
-func (s Stream) EndCapture() (Graph, error) {
-	var g Graph
-	err := call(cuStreamEndCapture, func() Result { return rStreamEndCapture(s, &g) })
-	return g, err
-}
-
-// CaptureStatus reports whether s is capturing.
-func (s Stream) CaptureStatus() (CaptureStatus, error) {
-	var st CaptureStatus
-	err := call(cuStreamIsCapturing, func() Result { return rStreamIsCapturing(s, &st) })
-	return st, err
-}
-
-// Instantiate makes an executable graph (flags 0).
-func (g Graph) Instantiate() (GraphExec, error) {
-	var e GraphExec
-	err := call(cuGraphInstantiate, func() Result { return rGraphInstantiate(&e, g) })
-	return e, err
-}
-
-// Destroy destroys the graph.
-func (g Graph) Destroy() error {
-	if g == 0 {
-		return nil
-	}
-	return call(cuGraphDestroy, func() Result { return rHandle(cuGraphDestroy, uintptr(g)) })
-}
-
-// Launch enqueues the graph on s.
-func (e GraphExec) Launch(s Stream) error {
-	return call(cuGraphLaunch, func() Result { return rHandle2(cuGraphLaunch, uintptr(e), uintptr(s)) })
-}
-
-// Destroy destroys the executable graph.
-func (e GraphExec) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(cuGraphExecDestroy, func() Result { return rHandle(cuGraphExecDestroy, uintptr(e)) })
-}
-
-// Capture records what fn enqueues on s into an executable graph. It runs on
-// one locked OS thread with c current; the graph itself is destroyed after
-// instantiation. The caller destroys the returned GraphExec.
-func Capture(c Context, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
-	var exec GraphExec
-	err := c.Do(func() error {
-		if err := s.BeginCapture(mode); err != nil {
-			return err
-		}
-		ferr := fn()
-		g, err := s.EndCapture()
-		if ferr != nil {
-			_ = g.Destroy()
-			return ferr
-		}
-		if err != nil {
-			return err
-		}
-		defer g.Destroy()
-		exec, err = g.Instantiate()
-		return err
-	})
-	return exec, err
 }
 
 // IpcGetMemHandle exports a MemAlloc allocation to other processes.
@@ -573,4 +396,20 @@ func IpcOpenMemHandle(h IpcMemHandle) (DevicePtr, error) {
 // IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
 func IpcCloseMemHandle(p DevicePtr) error {
 	return call(cuIpcCloseMemHandle, func() Result { return rIpcCloseMemHandle(p) })
+}
+
+// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
+func StreamCreate(flags uint32) (Stream, error) { return gpurt.StreamCreate[rt](flags) }
+
+// EventCreate creates an event (EventDefault records timing).
+func EventCreate(flags uint32) (Event, error) { return gpurt.EventCreate[rt](flags) }
+
+// ElapsedTime is the time in milliseconds between two recorded events.
+func ElapsedTime(start, end Event) (float32, error) { return gpurt.ElapsedTime(start, end) }
+
+// Capture records what fn enqueues on s into an executable graph. It runs on
+// one locked OS thread with c current; the graph itself is destroyed after
+// instantiation. The caller destroys the returned GraphExec.
+func Capture(c Context, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
+	return gpurt.Capture(c.Do, s, mode, fn)
 }

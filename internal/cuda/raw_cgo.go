@@ -51,17 +51,6 @@ static int w_dtoha(uintptr_t fn, void* d, CUdeviceptr s, size_t n, uintptr_t st)
 static int w_dtoda(uintptr_t fn, CUdeviceptr d, CUdeviceptr s, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUhandle))(d, s, n, (CUhandle)st); }
 static int w_memset(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t))(d, v, n); }
 static int w_memseta(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t, CUhandle))(d, v, n, (CUhandle)st); }
-static int w_create(uintptr_t fn, uintptr_t* h, unsigned flags) { return F(CUresult(*)(CUhandle*, unsigned))((CUhandle*)h, flags); }
-static int w_hhu(uintptr_t fn, uintptr_t a, uintptr_t b, unsigned f) { return F(CUresult(*)(CUhandle, CUhandle, unsigned))((CUhandle)a, (CUhandle)b, f); }
-static int w_hh(uintptr_t fn, uintptr_t a, uintptr_t b) { return F(CUresult(*)(CUhandle, CUhandle))((CUhandle)a, (CUhandle)b); }
-static int w_elapsed(uintptr_t fn, float* ms, uintptr_t a, uintptr_t b) { return F(CUresult(*)(float*, CUhandle, CUhandle))(ms, (CUhandle)a, (CUhandle)b); }
-static int w_modload(uintptr_t fn, uintptr_t* m, const void* img) { return F(CUresult(*)(CUhandle*, const void*))((CUhandle*)m, img); }
-static int w_getfn(uintptr_t fn, uintptr_t* f, uintptr_t m, const char* name) { return F(CUresult(*)(CUhandle*, CUhandle, const char*))((CUhandle*)f, (CUhandle)m, name); }
-static int w_funcattr(uintptr_t fn, int* v, int a, uintptr_t f) { return F(CUresult(*)(int*, int, CUhandle))(v, a, (CUhandle)f); }
-static int w_begincap(uintptr_t fn, uintptr_t s, int mode) { return F(CUresult(*)(CUhandle, int))((CUhandle)s, mode); }
-static int w_endcap(uintptr_t fn, uintptr_t s, uintptr_t* g) { return F(CUresult(*)(CUhandle, CUhandle*))((CUhandle)s, (CUhandle*)g); }
-static int w_iscap(uintptr_t fn, uintptr_t s, int* st) { return F(CUresult(*)(CUhandle, int*))((CUhandle)s, st); }
-static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g, unsigned long long flags) { return F(CUresult(*)(CUhandle*, CUhandle, unsigned long long))((CUhandle*)e, (CUhandle)g, flags); }
 static int w_addrrange(uintptr_t fn, CUdeviceptr* base, size_t* size, CUdeviceptr p) { return F(CUresult(*)(CUdeviceptr*, size_t*, CUdeviceptr))(base, size, p); }
 static int w_ipcget(uintptr_t fn, unsigned char* out, CUdeviceptr p) {
 	CUipcMemHandle h;
@@ -221,34 +210,6 @@ func rMemsetD8(dst DevicePtr, v byte, n int) Result {
 func rMemsetD8Async(dst DevicePtr, v byte, n int, s Stream) Result {
 	return Result(C.w_memseta(fn(cuMemsetD8Async), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
 }
-func rCreate(s sym, h *uintptr, flags uint32) Result {
-	return Result(C.w_create(fn(s), (*C.uintptr_t)(unsafe.Pointer(h)), C.uint(flags)))
-}
-func rHandle(s sym, h uintptr) Result { return Result(C.w_h(fn(s), C.uintptr_t(h))) }
-func rHandle2(s sym, a, b uintptr) Result {
-	return Result(C.w_hh(fn(s), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rStreamWaitEvent(st Stream, e Event) Result {
-	return Result(C.w_hhu(fn(cuStreamWaitEvent), C.uintptr_t(st), C.uintptr_t(e), 0))
-}
-func rEventElapsedTime(ms *float32, a, b Event) Result {
-	return Result(C.w_elapsed(fn(cuEventElapsedTime), (*C.float)(unsafe.Pointer(ms)), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rModuleLoadData(m *Module, image []byte) Result {
-	// The driver parses the image during the call; copy it to C memory so
-	// that nothing depends on Go memory semantics.
-	p := C.CBytes(image)
-	defer C.free(p)
-	return Result(C.w_modload(fn(cuModuleLoadData), (*C.uintptr_t)(unsafe.Pointer(m)), p))
-}
-func rModuleGetFunction(f *Function, m Module, name string) Result {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	return Result(C.w_getfn(fn(cuModuleGetFunction), (*C.uintptr_t)(unsafe.Pointer(f)), C.uintptr_t(m), cs))
-}
-func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
-	return Result(C.w_funcattr(fn(cuFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
-}
 func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
 	buf, offs := a.Layout()
 	var pb *C.uchar
@@ -262,18 +223,6 @@ func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args
 	return Result(C.w_launch(fn(cuLaunchKernel), C.uintptr_t(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
 		C.uint(shmem), C.uintptr_t(s), pb, C.int(len(buf)), po, C.int(len(offs))))
-}
-func rStreamBeginCapture(s Stream, mode CaptureMode) Result {
-	return Result(C.w_begincap(fn(cuStreamBeginCapture), C.uintptr_t(s), C.int(mode)))
-}
-func rStreamEndCapture(s Stream, g *Graph) Result {
-	return Result(C.w_endcap(fn(cuStreamEndCapture), C.uintptr_t(s), (*C.uintptr_t)(unsafe.Pointer(g))))
-}
-func rStreamIsCapturing(s Stream, st *CaptureStatus) Result {
-	return Result(C.w_iscap(fn(cuStreamIsCapturing), C.uintptr_t(s), (*C.int)(unsafe.Pointer(st))))
-}
-func rGraphInstantiate(e *GraphExec, g Graph) Result {
-	return Result(C.w_instantiate(fn(cuGraphInstantiate), (*C.uintptr_t)(unsafe.Pointer(e)), C.uintptr_t(g), 0))
 }
 func rIpcGetMemHandle(h *IpcMemHandle, p DevicePtr) Result {
 	return Result(C.w_ipcget(fn(cuIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.CUdeviceptr(p)))

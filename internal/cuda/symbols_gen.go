@@ -2,7 +2,10 @@
 
 package cuda
 
-import "github.com/detcoll/detcoll/internal/binding"
+import (
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
+)
 
 // sym indexes syms, the symbol table of the CUDA driver API (libcuda); each constant is the
 // documented name of the entry point it stands for.
@@ -133,6 +136,32 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 	cuIpcCloseMemHandle:       {API: "cuIpcCloseMemHandle", Candidates: []string{"cuIpcCloseMemHandle"}, Optional: true},
 	cuMemGetAddressRange:      {API: "cuMemGetAddressRange", Candidates: []string{"cuMemGetAddressRange_v2"}, Optional: true},
 })
+
+// roles maps each internal/binding/gpurt role to the entry point that plays it.
+var roles = [gpurt.NumOps]sym{
+	gpurt.OpStreamCreate:       cuStreamCreate,
+	gpurt.OpStreamDestroy:      cuStreamDestroy,
+	gpurt.OpStreamSynchronize:  cuStreamSynchronize,
+	gpurt.OpStreamQuery:        cuStreamQuery,
+	gpurt.OpStreamWaitEvent:    cuStreamWaitEvent,
+	gpurt.OpEventCreate:        cuEventCreate,
+	gpurt.OpEventRecord:        cuEventRecord,
+	gpurt.OpEventSynchronize:   cuEventSynchronize,
+	gpurt.OpEventQuery:         cuEventQuery,
+	gpurt.OpEventDestroy:       cuEventDestroy,
+	gpurt.OpEventElapsedTime:   cuEventElapsedTime,
+	gpurt.OpModuleLoadData:     cuModuleLoadData,
+	gpurt.OpModuleUnload:       cuModuleUnload,
+	gpurt.OpModuleGetFunction:  cuModuleGetFunction,
+	gpurt.OpFuncGetAttribute:   cuFuncGetAttribute,
+	gpurt.OpStreamBeginCapture: cuStreamBeginCapture,
+	gpurt.OpStreamEndCapture:   cuStreamEndCapture,
+	gpurt.OpStreamIsCapturing:  cuStreamIsCapturing,
+	gpurt.OpGraphInstantiate:   cuGraphInstantiate,
+	gpurt.OpGraphLaunch:        cuGraphLaunch,
+	gpurt.OpGraphExecDestroy:   cuGraphExecDestroy,
+	gpurt.OpGraphDestroy:       cuGraphDestroy,
+}
 
 // resultNames names the Result codes.
 var resultNames = map[Result]string{

@@ -6,6 +6,7 @@ import (
 
 	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
@@ -66,22 +67,22 @@ type Context uintptr
 type DevicePtr = devrt.Ptr // shared with internal/hip through gpu/devrt
 
 // Stream is a CUstream; the zero value is the legacy default stream.
-type Stream uintptr
+type Stream = gpurt.Stream[rt]
 
 // Event is a CUevent.
-type Event uintptr
+type Event = gpurt.Event[rt]
 
 // Module is a CUmodule.
-type Module uintptr
+type Module = gpurt.Module[rt]
 
 // Function is a CUfunction.
-type Function uintptr
+type Function = gpurt.Function[rt]
 
 // Graph is a CUgraph.
-type Graph uintptr
+type Graph = gpurt.Graph[rt]
 
 // GraphExec is a CUgraphExec.
-type GraphExec uintptr
+type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a CUipcMemHandle (CU_IPC_HANDLE_SIZE = 64 bytes).
 type IpcMemHandle [64]byte
@@ -128,7 +129,7 @@ const (
 )
 
 // FunctionAttribute is a CUfunction_attribute.
-type FunctionAttribute int32
+type FunctionAttribute = gpurt.FunctionAttribute
 
 // Function attributes (for reports: registers, spills).
 const (
@@ -153,7 +154,7 @@ const (
 )
 
 // CaptureMode is a CUstreamCaptureMode.
-type CaptureMode int32
+type CaptureMode = gpurt.CaptureMode
 
 const (
 	CaptureGlobal      CaptureMode = 0
@@ -162,7 +163,7 @@ const (
 )
 
 // CaptureStatus is a CUstreamCaptureStatus.
-type CaptureStatus int32
+type CaptureStatus = gpurt.CaptureStatus
 
 const (
 	CaptureNone        CaptureStatus = 0

@@ -2,6 +2,7 @@ package hip
 
 import (
 	"fmt"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"runtime"
 	"sync"
 )
@@ -378,114 +379,12 @@ func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
 	return call(hipMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
 }
 
-// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
-func StreamCreate(flags uint32) (Stream, error) {
-	var h uintptr
-	err := call(hipStreamCreateWithFlags, func() Result { return rCreate(hipStreamCreateWithFlags, &h, flags) })
-	return Stream(h), err
-}
-
-// Destroy destroys the stream (the null stream is not destroyed).
-func (s Stream) Destroy() error {
-	if s == 0 {
-		return nil
-	}
-	return call(hipStreamDestroy, func() Result { return rHandle(hipStreamDestroy, uintptr(s)) })
-}
-
-// Synchronize waits for all work queued on s.
-func (s Stream) Synchronize() error {
-	return call(hipStreamSynchronize, func() Result { return rHandle(hipStreamSynchronize, uintptr(s)) })
-}
-
-// Query reports whether all work on s has completed.
-func (s Stream) Query() (bool, error) {
-	err := call(hipStreamQuery, func() Result { return rHandle(hipStreamQuery, uintptr(s)) })
-	if e, ok := err.(*Error); ok && e.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// WaitEvent makes future work on s wait for e.
-func (s Stream) WaitEvent(e Event) error {
-	return call(hipStreamWaitEvent, func() Result { return rHandle2u(hipStreamWaitEvent, uintptr(s), uintptr(e), 0) })
-}
-
-// EventCreate creates an event (EventDefault records timing).
-func EventCreate(flags uint32) (Event, error) {
-	var h uintptr
-	err := call(hipEventCreateWithFlags, func() Result { return rCreate(hipEventCreateWithFlags, &h, flags) })
-	return Event(h), err
-}
-
-// Record enqueues e on s.
-func (e Event) Record(s Stream) error {
-	return call(hipEventRecord, func() Result { return rHandle2(hipEventRecord, uintptr(e), uintptr(s)) })
-}
-
-// Synchronize waits for e.
-func (e Event) Synchronize() error {
-	return call(hipEventSynchronize, func() Result { return rHandle(hipEventSynchronize, uintptr(e)) })
-}
-
-// Query reports whether e has completed.
-func (e Event) Query() (bool, error) {
-	err := call(hipEventQuery, func() Result { return rHandle(hipEventQuery, uintptr(e)) })
-	if x, ok := err.(*Error); ok && x.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// Destroy destroys the event.
-func (e Event) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(hipEventDestroy, func() Result { return rHandle(hipEventDestroy, uintptr(e)) })
-}
-
-// ElapsedTime is the time in milliseconds between two recorded events.
-func ElapsedTime(start, end Event) (float32, error) {
-	var ms float32
-	err := call(hipEventElapsedTime, func() Result { return rEventElapsedTime(&ms, start, end) })
-	return ms, err
-}
-
 // ModuleLoadData loads a code object (from hiprtc) on the current device.
 func ModuleLoadData(image []byte) (Module, error) {
 	if len(image) == 0 {
 		return 0, invalid("hipModuleLoadData", "empty module image")
 	}
-	var m Module
-	err := call(hipModuleLoadData, func() Result { return rModuleLoadData(&m, image) })
-	return m, err
-}
-
-// Unload unloads the module.
-func (m Module) Unload() error {
-	if m == 0 {
-		return nil
-	}
-	return call(hipModuleUnload, func() Result { return rHandle(hipModuleUnload, uintptr(m)) })
-}
-
-// Function looks up a kernel by its (extern "C") name.
-func (m Module) Function(name string) (Function, error) {
-	var f Function
-	err := call(hipModuleGetFunction, func() Result { return rModuleGetFunction(&f, m, name) })
-	if e, ok := err.(*Error); ok {
-		e.Message += " (kernel " + name + ")"
-	}
-	return f, err
-}
-
-// Attribute reads a function attribute (registers, local memory …).
-func (f Function) Attribute(a FunctionAttribute) (int, error) {
-	var v int32
-	err := call(hipFuncGetAttribute, func() Result { return rFuncGetAttribute(&v, a, f) })
-	return int(v), err
+	return gpurt.ModuleLoadData[rt](image)
 }
 
 // LaunchKernel enqueues f on s with the parameters laid out in args.
@@ -500,78 +399,6 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args
 		return invalid("hipModuleLaunchKernel", "empty launch grid %v block %v", grid, block)
 	}
 	return call(hipModuleLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// BeginCapture starts capturing s into a graph.
-func (s Stream) BeginCapture(mode CaptureMode) error {
-	return call(hipStreamBeginCapture, func() Result { return rHandleInt(hipStreamBeginCapture, uintptr(s), int32(mode)) })
-}
-
-// EndCapture ends the capture and returns the graph (the caller destroys it).
-func (s Stream) EndCapture() (Graph, error) {
-	var g uintptr
-	err := call(hipStreamEndCapture, func() Result { return rHandleOut(hipStreamEndCapture, uintptr(s), &g) })
-	return Graph(g), err
-}
-
-// CaptureStatus reports whether s is capturing.
-func (s Stream) CaptureStatus() (CaptureStatus, error) {
-	var st int32
-	err := call(hipStreamIsCapturing, func() Result { return rHandlePint(hipStreamIsCapturing, uintptr(s), &st) })
-	return CaptureStatus(st), err
-}
-
-// Instantiate makes an executable graph (flags 0).
-func (g Graph) Instantiate() (GraphExec, error) {
-	var e uintptr
-	err := call(hipGraphInstantiateWithFlags, func() Result { return rGraphInstantiate(&e, uintptr(g)) })
-	return GraphExec(e), err
-}
-
-// Destroy destroys the graph.
-func (g Graph) Destroy() error {
-	if g == 0 {
-		return nil
-	}
-	return call(hipGraphDestroy, func() Result { return rHandle(hipGraphDestroy, uintptr(g)) })
-}
-
-// Launch enqueues the graph on s.
-func (e GraphExec) Launch(s Stream) error {
-	return call(hipGraphLaunch, func() Result { return rHandle2(hipGraphLaunch, uintptr(e), uintptr(s)) })
-}
-
-// Destroy destroys the executable graph.
-func (e GraphExec) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(hipGraphExecDestroy, func() Result { return rHandle(hipGraphExecDestroy, uintptr(e)) })
-}
-
-// Capture records what fn enqueues on s into an executable graph, on one
-// locked OS thread with d current; the graph itself is destroyed after
-// instantiation. The caller destroys the returned GraphExec.
-func Capture(d Device, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
-	var exec GraphExec
-	err := d.Do(func() error {
-		if err := s.BeginCapture(mode); err != nil {
-			return err
-		}
-		ferr := fn()
-		g, err := s.EndCapture()
-		if ferr != nil {
-			_ = g.Destroy()
-			return ferr
-		}
-		if err != nil {
-			return err
-		}
-		defer g.Destroy()
-		exec, err = g.Instantiate()
-		return err
-	})
-	return exec, err
 }
 
 // IpcGetMemHandle exports the allocation that contains p (on the current
@@ -624,4 +451,20 @@ func IPCAvailable() error {
 		}
 	}
 	return nil
+}
+
+// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
+func StreamCreate(flags uint32) (Stream, error) { return gpurt.StreamCreate[rt](flags) }
+
+// EventCreate creates an event (EventDefault records timing).
+func EventCreate(flags uint32) (Event, error) { return gpurt.EventCreate[rt](flags) }
+
+// ElapsedTime is the time in milliseconds between two recorded events.
+func ElapsedTime(start, end Event) (float32, error) { return gpurt.ElapsedTime(start, end) }
+
+// Capture records what fn enqueues on s into an executable graph. It runs on
+// one locked OS thread with d current; the graph itself is destroyed after
+// instantiation. The caller destroys the returned GraphExec.
+func Capture(d Device, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
+	return gpurt.Capture(d.Do, s, mode, fn)
 }

@@ -52,18 +52,6 @@ static int w_dtoha(uintptr_t fn, void* d, uint64_t s, size_t n, uintptr_t st) { 
 static int w_dtoda(uintptr_t fn, uint64_t d, uint64_t s, size_t n, uintptr_t st) { return F(hipError_t(*)(void*, void*, size_t, H))(DP(d), DP(s), n, (H)st); }
 static int w_memset(uintptr_t fn, uint64_t d, unsigned char v, size_t n) { return F(hipError_t(*)(void*, unsigned char, size_t))(DP(d), v, n); }
 static int w_memseta(uintptr_t fn, uint64_t d, unsigned char v, size_t n, uintptr_t st) { return F(hipError_t(*)(void*, unsigned char, size_t, H))(DP(d), v, n, (H)st); }
-static int w_create(uintptr_t fn, uintptr_t* h, unsigned flags) { return F(hipError_t(*)(H*, unsigned))((H*)h, flags); }
-static int w_h(uintptr_t fn, uintptr_t h) { return F(hipError_t(*)(H))((H)h); }
-static int w_hh(uintptr_t fn, uintptr_t a, uintptr_t b) { return F(hipError_t(*)(H, H))((H)a, (H)b); }
-static int w_hhu(uintptr_t fn, uintptr_t a, uintptr_t b, unsigned f) { return F(hipError_t(*)(H, H, unsigned))((H)a, (H)b, f); }
-static int w_hi(uintptr_t fn, uintptr_t a, int m) { return F(hipError_t(*)(H, int))((H)a, m); }
-static int w_hph(uintptr_t fn, uintptr_t a, uintptr_t* out) { return F(hipError_t(*)(H, H*))((H)a, (H*)out); }
-static int w_hpint(uintptr_t fn, uintptr_t a, int* out) { return F(hipError_t(*)(H, int*))((H)a, out); }
-static int w_elapsed(uintptr_t fn, float* ms, uintptr_t a, uintptr_t b) { return F(hipError_t(*)(float*, H, H))(ms, (H)a, (H)b); }
-static int w_modload(uintptr_t fn, uintptr_t* m, const void* img) { return F(hipError_t(*)(H*, const void*))((H*)m, img); }
-static int w_getfn(uintptr_t fn, uintptr_t* f, uintptr_t m, const char* name) { return F(hipError_t(*)(H*, H, const char*))((H*)f, (H)m, name); }
-static int w_funcattr(uintptr_t fn, int* v, int a, uintptr_t f) { return F(hipError_t(*)(int*, int, H))(v, a, (H)f); }
-static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g) { return F(hipError_t(*)(H*, H, unsigned long long))((H*)e, (H)g, 0ULL); }
 static int w_ipcget(uintptr_t fn, unsigned char* out, uint64_t p) {
 	hipIpcMemHandle_t h;
 	memset(&h, 0, sizeof h);
@@ -230,41 +218,6 @@ func rMemsetD8(dst DevicePtr, v byte, n int) Result {
 func rMemsetD8Async(dst DevicePtr, v byte, n int, s Stream) Result {
 	return Result(C.w_memseta(fn(hipMemsetD8Async), C.uint64_t(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
 }
-func rCreate(s sym, h *uintptr, flags uint32) Result {
-	return Result(C.w_create(fn(s), (*C.uintptr_t)(unsafe.Pointer(h)), C.uint(flags)))
-}
-func rHandle(s sym, h uintptr) Result { return Result(C.w_h(fn(s), C.uintptr_t(h))) }
-func rHandle2(s sym, a, b uintptr) Result {
-	return Result(C.w_hh(fn(s), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rHandle2u(s sym, a, b uintptr, f uint32) Result {
-	return Result(C.w_hhu(fn(s), C.uintptr_t(a), C.uintptr_t(b), C.uint(f)))
-}
-func rHandleInt(s sym, a uintptr, v int32) Result {
-	return Result(C.w_hi(fn(s), C.uintptr_t(a), C.int(v)))
-}
-func rHandleOut(s sym, a uintptr, out *uintptr) Result {
-	return Result(C.w_hph(fn(s), C.uintptr_t(a), (*C.uintptr_t)(unsafe.Pointer(out))))
-}
-func rHandlePint(s sym, a uintptr, out *int32) Result {
-	return Result(C.w_hpint(fn(s), C.uintptr_t(a), (*C.int)(unsafe.Pointer(out))))
-}
-func rEventElapsedTime(ms *float32, a, b Event) Result {
-	return Result(C.w_elapsed(fn(hipEventElapsedTime), (*C.float)(unsafe.Pointer(ms)), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rModuleLoadData(m *Module, image []byte) Result {
-	p := C.CBytes(image)
-	defer C.free(p)
-	return Result(C.w_modload(fn(hipModuleLoadData), (*C.uintptr_t)(unsafe.Pointer(m)), p))
-}
-func rModuleGetFunction(f *Function, m Module, name string) Result {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	return Result(C.w_getfn(fn(hipModuleGetFunction), (*C.uintptr_t)(unsafe.Pointer(f)), C.uintptr_t(m), cs))
-}
-func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
-	return Result(C.w_funcattr(fn(hipFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
-}
 func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
 	buf, offs := a.Layout()
 	var pb *C.uchar
@@ -278,9 +231,6 @@ func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args
 	return Result(C.w_launch(fn(hipModuleLaunchKernel), C.uintptr_t(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
 		C.uint(shmem), C.uintptr_t(s), pb, C.int(len(buf)), po, C.int(len(offs))))
-}
-func rGraphInstantiate(e *uintptr, g uintptr) Result {
-	return Result(C.w_instantiate(fn(hipGraphInstantiateWithFlags), (*C.uintptr_t)(unsafe.Pointer(e)), C.uintptr_t(g)))
 }
 func rIpcGetMemHandle(h *IpcMemHandle, p DevicePtr) Result {
 	return Result(C.w_ipcget(fn(hipIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.uint64_t(p)))

@@ -2,7 +2,10 @@
 
 package hip
 
-import "github.com/detcoll/detcoll/internal/binding"
+import (
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
+)
 
 // sym indexes syms, the symbol table of the HIP runtime API (libamdhip64); each constant is the
 // documented name of the entry point it stands for.
@@ -133,6 +136,32 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 	hipIpcGetEventHandle:         {API: "hipIpcGetEventHandle", Candidates: []string{"hipIpcGetEventHandle"}, Optional: true},
 	hipIpcOpenEventHandle:        {API: "hipIpcOpenEventHandle", Candidates: []string{"hipIpcOpenEventHandle"}, Optional: true},
 })
+
+// roles maps each internal/binding/gpurt role to the entry point that plays it.
+var roles = [gpurt.NumOps]sym{
+	gpurt.OpStreamCreate:       hipStreamCreateWithFlags,
+	gpurt.OpStreamDestroy:      hipStreamDestroy,
+	gpurt.OpStreamSynchronize:  hipStreamSynchronize,
+	gpurt.OpStreamQuery:        hipStreamQuery,
+	gpurt.OpStreamWaitEvent:    hipStreamWaitEvent,
+	gpurt.OpEventCreate:        hipEventCreateWithFlags,
+	gpurt.OpEventRecord:        hipEventRecord,
+	gpurt.OpEventSynchronize:   hipEventSynchronize,
+	gpurt.OpEventQuery:         hipEventQuery,
+	gpurt.OpEventDestroy:       hipEventDestroy,
+	gpurt.OpEventElapsedTime:   hipEventElapsedTime,
+	gpurt.OpModuleLoadData:     hipModuleLoadData,
+	gpurt.OpModuleUnload:       hipModuleUnload,
+	gpurt.OpModuleGetFunction:  hipModuleGetFunction,
+	gpurt.OpFuncGetAttribute:   hipFuncGetAttribute,
+	gpurt.OpStreamBeginCapture: hipStreamBeginCapture,
+	gpurt.OpStreamEndCapture:   hipStreamEndCapture,
+	gpurt.OpStreamIsCapturing:  hipStreamIsCapturing,
+	gpurt.OpGraphInstantiate:   hipGraphInstantiateWithFlags,
+	gpurt.OpGraphLaunch:        hipGraphLaunch,
+	gpurt.OpGraphExecDestroy:   hipGraphExecDestroy,
+	gpurt.OpGraphDestroy:       hipGraphDestroy,
+}
 
 // resultNames names the Result codes.
 var resultNames = map[Result]string{

@@ -7,6 +7,7 @@ import (
 
 	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
@@ -69,22 +70,22 @@ type Device int32
 type DevicePtr = devrt.Ptr // shared with internal/cuda through gpu/devrt
 
 // Stream is a hipStream_t; the zero value is the null stream.
-type Stream uintptr
+type Stream = gpurt.Stream[rt]
 
 // Event is a hipEvent_t.
-type Event uintptr
+type Event = gpurt.Event[rt]
 
 // Module is a hipModule_t.
-type Module uintptr
+type Module = gpurt.Module[rt]
 
 // Function is a hipFunction_t.
-type Function uintptr
+type Function = gpurt.Function[rt]
 
 // Graph is a hipGraph_t.
-type Graph uintptr
+type Graph = gpurt.Graph[rt]
 
 // GraphExec is a hipGraphExec_t.
-type GraphExec uintptr
+type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
 type IpcMemHandle [64]byte
@@ -136,7 +137,7 @@ const (
 )
 
 // FunctionAttribute is a hipFunction_attribute.
-type FunctionAttribute int32
+type FunctionAttribute = gpurt.FunctionAttribute
 
 // Function attributes (for reports: registers, spills).
 const (
@@ -162,7 +163,7 @@ const (
 )
 
 // CaptureMode is a hipStreamCaptureMode.
-type CaptureMode int32
+type CaptureMode = gpurt.CaptureMode
 
 const (
 	CaptureGlobal      CaptureMode = 0
@@ -171,7 +172,7 @@ const (
 )
 
 // CaptureStatus is a hipStreamCaptureStatus.
-type CaptureStatus int32
+type CaptureStatus = gpurt.CaptureStatus
 
 const (
 	CaptureNone        CaptureStatus = 0
