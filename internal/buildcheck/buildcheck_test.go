@@ -34,8 +34,10 @@ var (
 )
 
 // The vendor-neutral GPU packages: in every build, importing no vendor
-// (internal/binding: the shared half of the dlopened bindings).
-var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn", "internal/binding"}
+// (gpu/devrt/rtshared and internal/binding/...: the shared halves of the
+// vendor implementations and of the dlopened bindings).
+var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn", "gpu/devrt/rtshared",
+	"internal/binding", "internal/binding/gpurt", "internal/binding/rtc"}
 
 type config struct {
 	name       string
