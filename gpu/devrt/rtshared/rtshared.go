@@ -51,6 +51,10 @@ func (Ops[R]) StreamDestroy(s devrt.Stream) error { return stream[R](s).Destroy(
 // StreamSynchronize waits for s.
 func (Ops[R]) StreamSynchronize(s devrt.Stream) error { return stream[R](s).Synchronize() }
 
+// StreamQuery reports whether all work on s has completed (devcomm polls it
+// for bounded waits).
+func (Ops[R]) StreamQuery(s devrt.Stream) (bool, error) { return stream[R](s).Query() }
+
 // StreamWaitEvent makes s wait for e.
 func (Ops[R]) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
 	return stream[R](s).WaitEvent(event[R](e))
