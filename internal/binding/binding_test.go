@@ -85,6 +85,23 @@ func TestTableUnopened(t *testing.T) {
 	}
 }
 
+func TestTableLoadOnce(t *testing.T) {
+	tb := NewTable[int]([]Symbol{{API: "tInit", Candidates: []string{"tInit"}}})
+	n := 0
+	boom := errors.New("boom")
+	for i := 0; i < 3; i++ {
+		if err := tb.Load(func() error { n++; return boom }); err != boom {
+			t.Fatalf("Load = %v, want the first outcome", err)
+		}
+	}
+	if n != 1 {
+		t.Errorf("load ran %d times", n)
+	}
+	if tb.LoadedPath(func() error { return boom }) != "" || tb.LoadedPath(func() error { return nil }) != "" {
+		t.Error("LoadedPath of an unopened table is not empty")
+	}
+}
+
 func TestNilTable(t *testing.T) {
 	var tb *Table[int]
 	if tb.Have(0) || tb.Ptr(3) != 0 {

@@ -2,6 +2,7 @@ package binding
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/detcoll/detcoll/internal/dl"
 )
@@ -21,11 +22,30 @@ type Table[S ~int] struct {
 	ptrs     []uintptr
 	resolved []string
 	lib      *dl.Library
+
+	once    sync.Once
+	loadErr error
 }
 
 // NewTable is a table of syms (indexed by S), not yet opened.
 func NewTable[S ~int](syms []Symbol) *Table[S] {
 	return &Table[S]{Symbols: syms, ptrs: make([]uintptr, len(syms)), resolved: make([]string, len(syms))}
+}
+
+// Load runs load (the binding's: Open and whatever else it needs) the first
+// time it is called and returns that outcome on every call, for the life of
+// the process.
+func (t *Table[S]) Load(load func() error) error {
+	t.once.Do(func() { t.loadErr = load() })
+	return t.loadErr
+}
+
+// LoadedPath is Path after a successful init, "" when init fails.
+func (t *Table[S]) LoadedPath(init func() error) string {
+	if init() != nil {
+		return ""
+	}
+	return t.Path()
 }
 
 // LoadError is why Open failed: Call is "dlopen" (no candidate library

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/cuda"
@@ -204,28 +203,15 @@ const (
 	AtomicsAllowed    AtomicsMode = 1
 )
 
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
-
 // Init loads the library once per process; later calls return the first
 // outcome. Every call that needs the library calls it.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why cuBLAS cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return syms.Path()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "cublasCreate" → "cublasCreate_v2"): the one resolved when loaded, else

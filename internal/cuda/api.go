@@ -3,22 +3,14 @@ package cuda
 import (
 	"bytes"
 	"fmt"
-	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"runtime"
-	"sync"
-)
 
-var (
-	loadOnce sync.Once
-	loadErr  error
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 // Init loads the driver library and calls cuInit(0), once per process; later
 // calls return the first outcome. Every wrapper calls it.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why CUDA cannot be used here, or nil. The error wraps
 // ErrUnavailable.
@@ -26,12 +18,7 @@ func Available() error { return Init() }
 
 // LibraryPath is the driver library that was loaded ("" before a successful
 // Init).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return syms.Path()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "cuMemAlloc" → "cuMemAlloc_v2"): the one loaded when the driver is loaded,

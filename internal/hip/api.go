@@ -2,24 +2,20 @@ package hip
 
 import (
 	"fmt"
-	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"runtime"
 	"sync"
+
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 var (
-	loadOnce sync.Once
-	loadErr  error
 	initOnce sync.Once
 	initErr  error
 )
 
 // Load opens the runtime library and resolves its symbols, once per
 // process; it needs no GPU. Later calls return the first outcome.
-func Load() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Load() error { return syms.Load(load) }
 
 // Init loads the runtime and calls hipInit(0), once per process; later
 // calls return the first outcome. Every wrapper that needs a device calls
@@ -41,12 +37,7 @@ func Init() error {
 func Available() error { return Init() }
 
 // LibraryPath is the runtime library that was loaded ("" when Load failed).
-func LibraryPath() string {
-	if Load() != nil {
-		return ""
-	}
-	return syms.Path()
-}
+func LibraryPath() string { return syms.LoadedPath(Load) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "hipGetDeviceProperties" → "hipGetDevicePropertiesR0600" on ROCm 6): the

@@ -63,29 +63,19 @@ func errorOf(call string, r Result) error {
 }
 
 var (
-	loadOnce  sync.Once
-	loadErr   error
 	comgrOnce sync.Once
 	comgrISAs []string
 	comgrErr  error
 )
 
 // Init loads hiprtc once per process.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why hiprtc cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the hiprtc library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return syms.Path()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // Version is hiprtc's (major, minor).
 func Version() (major, minor int, err error) {

@@ -86,27 +86,14 @@ func errorOf(call string, r Result) error {
 	return e
 }
 
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
-
 // Init loads NVRTC once per process.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why NVRTC cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the NVRTC library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return syms.Path()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // Version is NVRTC's (major, minor).
 func Version() (major, minor int, err error) {
