@@ -57,6 +57,28 @@ func TestLogError(t *testing.T) {
 	}
 }
 
+func TestCodeOfAndAnnotate(t *testing.T) {
+	e := &Error[code, testVendor]{Code: 600, Message: "not ready"}
+	l := &LogError[code, otherVendor]{Code: 6}
+	if c, ok := CodeOf(e); !ok || c != 600 {
+		t.Errorf("CodeOf(Error) = %d, %v", c, ok)
+	}
+	if c, ok := CodeOf(l); !ok || c != 6 {
+		t.Errorf("CodeOf(LogError) = %d, %v", c, ok)
+	}
+	plain := errors.New("plain")
+	if _, ok := CodeOf(plain); ok {
+		t.Error("CodeOf of a plain error")
+	}
+	Annotate(e, " (kernel k)")
+	Annotate(l, "!")
+	Annotate(plain, "x")
+	Annotate(nil, "x")
+	if e.Message != "not ready (kernel k)" || l.Message != "!" || plain.Error() != "plain" {
+		t.Errorf("Annotate: %q %q %q", e.Message, l.Message, plain)
+	}
+}
+
 func TestName(t *testing.T) {
 	names := map[code]string{0: "T_OK", -2: "T_GONE"}
 	for r, want := range map[code]string{0: "T_OK", -2: "T_GONE", 7: "T_ERROR_7", -5: "T_ERROR_-5"} {

@@ -46,6 +46,9 @@ func (e *Error[R, V]) Is(target error) bool {
 // Unwrap makes load failures match the vendor's ErrUnavailable.
 func (e *Error[R, V]) Unwrap() error { return unwrap[V](int32(e.Code)) }
 
+func (e *Error[R, V]) code() int32       { return int32(e.Code) }
+func (e *Error[R, V]) annotate(s string) { e.Message += s }
+
 // LogError is Error with a compiler's program log (NVRTC, hiprtc): for a
 // failed compilation Log holds what the compiler said.
 type LogError[R Code, V Vendor] struct {
@@ -69,6 +72,32 @@ func (e *LogError[R, V]) Is(target error) bool {
 
 // Unwrap makes load failures match the vendor's ErrUnavailable.
 func (e *LogError[R, V]) Unwrap() error { return unwrap[V](int32(e.Code)) }
+
+func (e *LogError[R, V]) code() int32       { return int32(e.Code) }
+func (e *LogError[R, V]) annotate(s string) { e.Message += s }
+
+// coded is what Error and LogError of every binding have in common.
+type coded interface {
+	code() int32
+	annotate(s string)
+}
+
+// CodeOf is the result code of err when it is an *Error or *LogError of any
+// binding (not unwrapped: the error a call returned).
+func CodeOf(err error) (int32, bool) {
+	if c, ok := err.(coded); ok {
+		return c.code(), true
+	}
+	return 0, false
+}
+
+// Annotate appends s to the message of err when it is an *Error or
+// *LogError of any binding; other errors are left alone.
+func Annotate(err error, s string) {
+	if c, ok := err.(coded); ok {
+		c.annotate(s)
+	}
+}
 
 func format(vendor, call, name, msg, log string) string {
 	s := vendor + ": " + call + ": " + name

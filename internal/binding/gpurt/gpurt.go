@@ -13,6 +13,8 @@
 // call gets that far).
 package gpurt
 
+import "github.com/detcoll/detcoll/internal/binding"
+
 // Op is an entry point by its role, the same on both vendors.
 type Op int
 
@@ -68,17 +70,17 @@ func OpNamed(name string) (Op, bool) {
 	return 0, false
 }
 
-// Runtime is a binding's side of the shared calls.
+// Runtime is a binding's side of the shared calls: Call loads the library
+// if needed, checks that op's symbol is exported, calls do with its address
+// and maps the result to the binding's *Error (nil on success). The error
+// is an internal/binding Error, so its code and message are reachable here
+// (binding.CodeOf, binding.Annotate).
 type Runtime interface {
-	// Call loads the library if needed, checks that op's symbol is
-	// exported, calls do with its address and maps the result to the
-	// binding's *Error (nil on success).
 	Call(op Op, do func(fn uintptr) int32) error
-	// NotReady reports whether err is the binding's "not ready" result.
-	NotReady(err error) bool
-	// Annotate appends s to the message of the binding's *Error err.
-	Annotate(err error, s string)
 }
+
+// notReady is CUDA_ERROR_NOT_READY and hipErrorNotReady: the same value.
+const notReady = 600
 
 // CaptureMode is a stream capture mode (CUstreamCaptureMode,
 // hipStreamCaptureMode: the same values).
@@ -118,8 +120,7 @@ func call[R Runtime](op Op, do func(fn uintptr) int32) error {
 // query maps "not ready" to (false, nil).
 func query[R Runtime](op Op, h uintptr) (bool, error) {
 	err := call[R](op, func(fn uintptr) int32 { return cH(fn, h) })
-	var r R
-	if r.NotReady(err) {
+	if c, ok := binding.CodeOf(err); ok && c == notReady {
 		return false, nil
 	}
 	return err == nil, err
@@ -229,10 +230,7 @@ func (m Module[R]) Unload() error {
 func (m Module[R]) Function(name string) (Function[R], error) {
 	var f uintptr
 	err := call[R](OpModuleGetFunction, func(fn uintptr) int32 { return cGetFn(fn, &f, uintptr(m), name) })
-	if err != nil {
-		var r R
-		r.Annotate(err, " (kernel "+name+")")
-	}
+	binding.Annotate(err, " (kernel "+name+")")
 	return Function[R](f), err
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
 // fakeRT records the roles called and fails the ones in fail; it never
@@ -11,24 +13,20 @@ import (
 type fakeRT struct{}
 
 var (
-	calls    []Op
-	fail     = map[Op]error{}
-	notReady = errors.New("not ready")
+	calls []Op
+	fail  = map[Op]error{}
 )
 
-type annotated struct{ msg string }
+type vendor struct{}
 
-func (a *annotated) Error() string { return a.msg }
+func (vendor) Name() string       { return "fake" }
+func (vendor) Unavailable() error { return errors.New("fake: unavailable") }
+
+type fakeErr = binding.Error[int32, vendor]
 
 func (fakeRT) Call(op Op, do func(uintptr) int32) error {
 	calls = append(calls, op)
 	return fail[op]
-}
-func (fakeRT) NotReady(err error) bool { return err == notReady }
-func (fakeRT) Annotate(err error, s string) {
-	if a, ok := err.(*annotated); ok {
-		a.msg += s
-	}
 }
 
 func reset() { calls, fail = nil, map[Op]error{} }
@@ -82,7 +80,7 @@ func TestZeroHandlesAreNoOps(t *testing.T) {
 
 func TestQueryAndAnnotate(t *testing.T) {
 	reset()
-	fail[OpStreamQuery] = notReady
+	fail[OpStreamQuery] = &fakeErr{Code: notReady}
 	if done, err := Stream[fakeRT](1).Query(); done || err != nil {
 		t.Errorf("not ready stream: Query = %v, %v", done, err)
 	}
@@ -95,8 +93,8 @@ func TestQueryAndAnnotate(t *testing.T) {
 	if err := Event[fakeRT](2).Synchronize(); err != boom {
 		t.Errorf("failing Synchronize = %v", err)
 	}
-	fail[OpModuleGetFunction] = &annotated{msg: "not found"}
-	if _, err := Module[fakeRT](1).Function("reduce_f32"); err == nil || err.Error() != "not found (kernel reduce_f32)" {
+	fail[OpModuleGetFunction] = &fakeErr{Code: 500, Name: "NOT_FOUND", Call: "getFunction", Message: "named symbol not found"}
+	if _, err := Module[fakeRT](1).Function("reduce_f32"); err == nil || err.Error() != "fake: getFunction: NOT_FOUND (named symbol not found (kernel reduce_f32))" {
 		t.Errorf("Function error = %v", err)
 	}
 }
