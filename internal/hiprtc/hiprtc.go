@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -52,14 +53,7 @@ func (vendor) Name() string { return "hiprtc" }
 func (vendor) Unavailable() error { return ErrUnavailable }
 
 func errorOf(call string, r Result) error {
-	if r == ResultSuccess {
-		return nil
-	}
-	e := &Error{Code: r, Name: ResultName(r), Call: call}
-	if m, ok := rErrorString(r); ok && m != e.Name {
-		e.Message = m
-	}
-	return e
+	return rtc.ErrorOf[Result, vendor](syms.Ptr(hiprtcGetErrorString), ResultName, call, r)
 }
 
 var (

@@ -44,10 +44,6 @@ func comgrPath() string {
 
 func entry(s sym) rtc.Entry { return rtc.Entry{Fn: syms.Ptr(s), Name: syms.API(s)} }
 
-func rErrorString(r Result) (string, bool) {
-	return rtc.ErrorString(syms.Ptr(hiprtcGetErrorString), int32(r))
-}
-
 func rVersion() (int, int, error) {
 	major, minor, r := rtc.Version(syms.Ptr(hiprtcVersion))
 	if err := errorOf(syms.API(hiprtcVersion), Result(r)); err != nil {

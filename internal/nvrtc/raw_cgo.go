@@ -41,10 +41,6 @@ func preloadBuiltins(nvrtcPath string) {
 
 func entry(s sym) rtc.Entry { return rtc.Entry{Fn: syms.Ptr(s), Name: syms.API(s)} }
 
-func rErrorString(r Result) (string, bool) {
-	return rtc.ErrorString(syms.Ptr(nvrtcGetErrorString), int32(r))
-}
-
 func rVersion() (int, int, error) {
 	major, minor, r := rtc.Version(syms.Ptr(nvrtcVersion))
 	if err := errorOf(syms.API(nvrtcVersion), Result(r)); err != nil {

@@ -10,7 +10,11 @@
 // with ErrNoCgo (the bindings never get that far: their load fails first).
 package rtc
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/detcoll/detcoll/internal/binding"
+)
 
 // Entry is one resolved entry point: its address and the documented name
 // errors report.
@@ -28,3 +32,18 @@ type Program struct {
 
 // ErrNoCgo is returned by every call of a build without cgo.
 var ErrNoCgo = errors.New("rtc: built without cgo")
+
+// ErrorOf is a compiler's result r from call as the binding's
+// *binding.LogError (nil for success, code 0): named by name, described by
+// the compiler's GetErrorString (errorString, 0 when not loaded) when that
+// says more than the name.
+func ErrorOf[R binding.Code, V binding.Vendor](errorString uintptr, name func(R) string, call string, r R) error {
+	if r == 0 {
+		return nil
+	}
+	e := &binding.LogError[R, V]{Code: r, Name: name(r), Call: call}
+	if m, ok := ErrorString(errorString, int32(r)); ok && m != e.Name {
+		e.Message = m
+	}
+	return e
+}

@@ -94,12 +94,15 @@ func TestFakeCompiler(t *testing.T) {
 		return uintptr(p)
 	}
 	e := func(name string) Entry { return Entry{Fn: addr(name), Name: name} }
+	name := func(r res) string { return "R" + string(rune('0'+r)) }
 	errorOf := func(call string, r res) error {
-		if r == 0 {
-			return nil
-		}
-		m, _ := ErrorString(addr("fakeGetErrorString"), int32(r))
-		return &fakeErr{Code: r, Name: "R" + string(rune('0'+r)), Message: m, Call: call}
+		return ErrorOf[res, fakeVendor](addr("fakeGetErrorString"), name, call, r)
+	}
+	if errorOf("x", 0) != nil {
+		t.Error("ErrorOf(success) is an error")
+	}
+	if err := ErrorOf[res, fakeVendor](0, name, "x", 6); err.Error() != "fake: x: R6" {
+		t.Errorf("ErrorOf without GetErrorString = %q", err)
 	}
 	p := Program{Create: e("fakeCreate"), Compile: e("fakeCompile"), LogSize: e("fakeLogSize"), Log: e("fakeLog"),
 		Destroy: e("fakeDestroy"), Size: e("fakeCodeSize"), Get: e("fakeCode"), Empty: "no image"}
