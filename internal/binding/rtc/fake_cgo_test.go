@@ -4,13 +4,11 @@ package rtc
 
 import (
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 	"github.com/detcoll/detcoll/internal/dl"
 )
 
@@ -59,24 +57,7 @@ type fakeErr = binding.LogError[res, fakeVendor]
 
 func buildFake(t *testing.T) *dl.Library {
 	t.Helper()
-	cc := ""
-	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
-		if p, err := exec.LookPath(c); c != "" && err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no host C compiler to build the stand-in compiler")
-	}
-	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "fake.c"), filepath.Join(dir, "libfakertc.so")
-	if err := os.WriteFile(src, []byte(fakeCompiler), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("building the stand-in compiler: %v\n%s", err, out)
-	}
+	lib := bindingtest.Build(t, t.TempDir(), "libfakertc.so", "compiler", fakeCompiler)
 	l, err := dl.Open("", lib)
 	if err != nil {
 		t.Fatal(err)
