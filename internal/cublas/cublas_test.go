@@ -4,24 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range syms.Symbols {
-		if s.API == "" || len(s.Candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.API] {
-			t.Fatalf("duplicate api %s", s.API)
-		}
-		seen[s.API] = true
-		for _, c := range s.Candidates {
-			if !strings.HasPrefix(c, s.API) {
-				t.Errorf("%s: candidate %s is not a variant of it", s.API, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(api string) string { return api })
 	// The exports cublas_api.h (12.x/13.x) maps the plain names to.
 	want := map[string]string{
 		"cublasCreate": "cublasCreate_v2", "cublasDestroy": "cublasDestroy_v2", "cublasSetStream": "cublasSetStream_v2",

@@ -6,27 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range syms.Symbols {
-		if s.API == "" || len(s.Candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.API] {
-			t.Fatalf("duplicate api %s", s.API)
-		}
-		seen[s.API] = true
-		for _, c := range s.Candidates {
-			if !strings.HasPrefix(c, s.API) {
-				t.Errorf("%s: candidate %s is not a variant of it", s.API, c)
-			}
-			if strings.HasSuffix(c, "_ptsz") || strings.HasSuffix(c, "_ptds") {
-				t.Errorf("%s: per-thread default stream variant %s", s.API, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(api string) string { return api }, "_ptsz", "_ptds")
 	// The versioned exports cuda.h (12.x/13.x) selects for the plain names.
 	want := map[string]string{
 		"cuMemAlloc": "cuMemAlloc_v2", "cuMemFree": "cuMemFree_v2", "cuMemGetInfo": "cuMemGetInfo_v2",

@@ -6,27 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range syms.Symbols {
-		if s.API == "" || len(s.Candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.API] {
-			t.Fatalf("duplicate api %s", s.API)
-		}
-		seen[s.API] = true
-		for _, c := range s.Candidates {
-			if !strings.HasPrefix(c, "hip") {
-				t.Errorf("%s: candidate %s is not a HIP symbol", s.API, c)
-			}
-			if strings.HasSuffix(c, "_spt") {
-				t.Errorf("%s: per-thread default stream variant %s", s.API, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(string) string { return "hip" }, "_spt")
 	// Every candidate for the device properties has a known layout, the
 	// ROCm 6 one first.
 	c := syms.Symbols[hipGetDeviceProperties].Candidates

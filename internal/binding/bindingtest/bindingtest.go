@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
 // CC is the host C compiler: $CC, gcc, cc or clang, the first on $PATH; ""
@@ -44,4 +47,32 @@ func Build(t testing.TB, dir, name, what, source string, flags ...string) string
 		t.Fatalf("building the stand-in %s: %v\n%s", what, err, out)
 	}
 	return lib
+}
+
+// CheckSymbols fails t for a malformed symbol list: an entry without a name
+// or candidates, a name listed twice, a candidate that does not start with
+// prefix(api) (the name itself for a versioned variant, or the vendor's
+// prefix), or one that ends in a banned suffix (per-thread-stream variants).
+func CheckSymbols(t testing.TB, syms []binding.Symbol, prefix func(api string) string, banned ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for i, s := range syms {
+		if s.API == "" || len(s.Candidates) == 0 {
+			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
+		}
+		if seen[s.API] {
+			t.Fatalf("duplicate api %s", s.API)
+		}
+		seen[s.API] = true
+		for _, c := range s.Candidates {
+			if p := prefix(s.API); !strings.HasPrefix(c, p) {
+				t.Errorf("%s: candidate %s does not start with %s", s.API, c, p)
+			}
+			for _, b := range banned {
+				if strings.HasSuffix(c, b) {
+					t.Errorf("%s: candidate %s is a %s variant", s.API, c, b)
+				}
+			}
+		}
+	}
 }
