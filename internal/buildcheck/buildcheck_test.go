@@ -33,8 +33,11 @@ var (
 	rocmWitness = []string{"libamdhip64.so", "librccl.so", "hipModuleLaunchKernel", "hiprtcCompileProgram"}
 )
 
-// The vendor-neutral GPU packages: in every build, importing no vendor.
-var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn"}
+// The vendor-neutral GPU packages: in every build, importing no vendor
+// (gpu/devrt/rtshared and internal/binding/...: the shared halves of the
+// vendor implementations and of the dlopened bindings).
+var neutralPackages = []string{"gpu", "gpu/devrt", "gpu/devcomm", "gpu/devbench", "gpu/gpuattn", "gpu/devrt/rtshared",
+	"internal/binding", "internal/binding/gpurt", "internal/binding/rtc"}
 
 type config struct {
 	name       string

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
 // ErrUnavailable is wrapped by errors meaning "library not usable here".
@@ -28,21 +29,9 @@ const (
 	resultNoSymbol     Result = -1
 )
 
-var resultNames = []string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
-	"ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress"}
-
-// ResultName is the ncclResult_t name of a code.
-func ResultName(r Result) string {
-	switch {
-	case r >= 0 && int(r) < len(resultNames):
-		return resultNames[r]
-	case r == resultUnavailable:
-		return "DETCOLL_LIBRARY_UNAVAILABLE"
-	case r == resultNoSymbol:
-		return "DETCOLL_SYMBOL_NOT_FOUND"
-	}
-	return fmt.Sprintf("ncclResult(%d)", int32(r))
-}
+// ResultName is the ncclResult_t name of a code (the table in
+// symbols.txt), or "ncclResult(<n>)".
+func ResultName(r Result) string { return binding.Name(resultNames, resultFallback, r) }
 
 // Error is a failed call.
 type Error struct {
@@ -165,12 +154,16 @@ func DecodeVersion(code int) Version {
 	return v
 }
 
+// apiNames is the symbol list, never opened: the names errors report, also
+// when no library is loaded.
+var apiNames = newSyms()
+
 // Lib is one loaded NCCL or RCCL.
 type Lib struct {
 	name   string
 	path   string
 	vendor string
-	fns    [numSyms]uintptr
+	syms   *binding.Table[sym] // nil until loaded
 }
 
 // Load opens a library with NCCL's API: the file named by envVar if set,
@@ -190,12 +183,11 @@ func (l *Lib) Vendor() string { return l.vendor }
 // HasSymbol reports whether the library exports the entry point named api
 // (e.g. "ncclSend"); optional ones may be missing from old versions.
 func (l *Lib) HasSymbol(api string) bool {
-	for i := range symbolNames {
-		if symbolNames[i].name == api {
-			return l != nil && l.fns[i] != 0
-		}
+	if l == nil || l.syms == nil {
+		return false
 	}
-	return false
+	s, ok := l.syms.Lookup(api)
+	return ok && l.syms.Have(s)
 }
 
 // Path is the loaded file.
@@ -221,7 +213,7 @@ func (l *Lib) errorOf(s sym, r Result, comm *Comm) error {
 	if r == Success {
 		return nil
 	}
-	e := &Error{Code: r, Name: ResultName(r), Call: symbolNames[s].name, Vendor: l.vendor}
+	e := &Error{Code: r, Name: ResultName(r), Call: apiNames.API(s), Vendor: l.vendor}
 	if r >= 0 {
 		e.Message = l.errorString(r)
 		e.Last = l.lastError(comm)
@@ -231,10 +223,10 @@ func (l *Lib) errorOf(s sym, r Result, comm *Comm) error {
 
 func (l *Lib) call(s sym, comm *Comm, f func() Result) error {
 	if l == nil {
-		return &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: symbolNames[s].name, Message: "no library"}
+		return &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: apiNames.API(s), Message: "no library"}
 	}
-	if l.fns[s] == 0 {
-		return &Error{Code: resultNoSymbol, Name: ResultName(resultNoSymbol), Call: symbolNames[s].name,
+	if !l.syms.Have(s) {
+		return &Error{Code: resultNoSymbol, Name: ResultName(resultNoSymbol), Call: apiNames.API(s),
 			Message: l.path + " does not export it", Vendor: l.vendor}
 	}
 	return l.errorOf(s, f(), comm)
@@ -243,14 +235,14 @@ func (l *Lib) call(s sym, comm *Comm, f func() Result) error {
 // Version is ncclGetVersion, decoded.
 func (l *Lib) Version() (Version, error) {
 	var c int32
-	err := l.call(sGetVersion, nil, func() Result { return l.rGetVersion(&c) })
+	err := l.call(ncclGetVersion, nil, func() Result { return l.rGetVersion(&c) })
 	return DecodeVersion(int(c)), err
 }
 
 // GetUniqueID makes the id that rank 0 distributes to every rank.
 func (l *Lib) GetUniqueID() (UniqueID, error) {
 	var id UniqueID
-	err := l.call(sGetUniqueID, nil, func() Result { return l.rGetUniqueID(&id) })
+	err := l.call(ncclGetUniqueId, nil, func() Result { return l.rGetUniqueID(&id) })
 	return id, err
 }
 
@@ -271,7 +263,7 @@ func (l *Lib) CommInitRank(nranks int, id UniqueID, rank int) (*Comm, error) {
 			Message: fmt.Sprintf("rank %d of %d", rank, nranks), Vendor: l.vendorName()}
 	}
 	c := &Comm{lib: l, nranks: nranks, rank: rank}
-	err := l.call(sCommInitRank, nil, func() Result { return l.rCommInitRank(&c.h, nranks, &id, rank) })
+	err := l.call(ncclCommInitRank, nil, func() Result { return l.rCommInitRank(&c.h, nranks, &id, rank) })
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +282,7 @@ func (c *Comm) Destroy() error {
 	if c == nil || c.h == 0 {
 		return nil
 	}
-	err := c.lib.call(sCommDestroy, nil, func() Result { return c.lib.rComm(sCommDestroy, c.h) })
+	err := c.lib.call(ncclCommDestroy, nil, func() Result { return c.lib.rComm(ncclCommDestroy, c.h) })
 	c.h = 0
 	return err
 }
@@ -300,7 +292,7 @@ func (c *Comm) Abort() error {
 	if c == nil || c.h == 0 {
 		return nil
 	}
-	err := c.lib.call(sCommAbort, nil, func() Result { return c.lib.rComm(sCommAbort, c.h) })
+	err := c.lib.call(ncclCommAbort, nil, func() Result { return c.lib.rComm(ncclCommAbort, c.h) })
 	c.h = 0
 	return err
 }
@@ -312,10 +304,10 @@ func (c *Comm) AsyncError() error {
 		return &Error{Code: InvalidUsage, Name: ResultName(InvalidUsage), Call: "ncclCommGetAsyncError", Message: "communicator destroyed"}
 	}
 	var r Result
-	if err := c.lib.call(sCommGetAsyncError, c, func() Result { return c.lib.rCommGetAsyncError(c.h, &r) }); err != nil {
+	if err := c.lib.call(ncclCommGetAsyncError, c, func() Result { return c.lib.rCommGetAsyncError(c.h, &r) }); err != nil {
 		return err
 	}
-	return c.lib.errorOf(sCommGetAsyncError, r, c)
+	return c.lib.errorOf(ncclCommGetAsyncError, r, c)
 }
 
 func (c *Comm) check(call string, count int, dt DataType) error {
@@ -337,7 +329,7 @@ func (c *Comm) AllReduce(send, recv uint64, count int, dt DataType, op RedOp, s 
 	if err := c.check("ncclAllReduce", count, dt); err != nil {
 		return err
 	}
-	return c.lib.call(sAllReduce, c, func() Result { return c.lib.rReduceLike(sAllReduce, send, recv, count, dt, op, c.h, s) })
+	return c.lib.call(ncclAllReduce, c, func() Result { return c.lib.rReduceLike(ncclAllReduce, send, recv, count, dt, op, c.h, s) })
 }
 
 // ReduceScatter: recv gets recvcount elements, rank r's block of the sum.
@@ -345,8 +337,8 @@ func (c *Comm) ReduceScatter(send, recv uint64, recvcount int, dt DataType, op R
 	if err := c.check("ncclReduceScatter", recvcount, dt); err != nil {
 		return err
 	}
-	return c.lib.call(sReduceScatter, c, func() Result {
-		return c.lib.rReduceLike(sReduceScatter, send, recv, recvcount, dt, op, c.h, s)
+	return c.lib.call(ncclReduceScatter, c, func() Result {
+		return c.lib.rReduceLike(ncclReduceScatter, send, recv, recvcount, dt, op, c.h, s)
 	})
 }
 
@@ -355,7 +347,7 @@ func (c *Comm) AllGather(send, recv uint64, sendcount int, dt DataType, s uintpt
 	if err := c.check("ncclAllGather", sendcount, dt); err != nil {
 		return err
 	}
-	return c.lib.call(sAllGather, c, func() Result { return c.lib.rAllGather(send, recv, sendcount, dt, c.h, s) })
+	return c.lib.call(ncclAllGather, c, func() Result { return c.lib.rAllGather(send, recv, sendcount, dt, c.h, s) })
 }
 
 // Broadcast copies root's send into every rank's recv.
@@ -366,7 +358,7 @@ func (c *Comm) Broadcast(send, recv uint64, count int, dt DataType, root int, s 
 	if root < 0 || root >= c.nranks {
 		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclBroadcast", Message: fmt.Sprintf("root %d of %d", root, c.nranks)}
 	}
-	return c.lib.call(sBroadcast, c, func() Result { return c.lib.rBroadcast(send, recv, count, dt, root, c.h, s) })
+	return c.lib.call(ncclBroadcast, c, func() Result { return c.lib.rBroadcast(send, recv, count, dt, root, c.h, s) })
 }
 
 // Send enqueues count elements to peer.
@@ -377,7 +369,7 @@ func (c *Comm) Send(buf uint64, count int, dt DataType, peer int, s uintptr) err
 	if peer < 0 || peer >= c.nranks {
 		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclSend", Message: fmt.Sprintf("peer %d of %d", peer, c.nranks)}
 	}
-	return c.lib.call(sSend, c, func() Result { return c.lib.rP2P(sSend, buf, count, dt, peer, c.h, s) })
+	return c.lib.call(ncclSend, c, func() Result { return c.lib.rP2P(ncclSend, buf, count, dt, peer, c.h, s) })
 }
 
 // Recv enqueues a receive of count elements from peer.
@@ -388,15 +380,15 @@ func (c *Comm) Recv(buf uint64, count int, dt DataType, peer int, s uintptr) err
 	if peer < 0 || peer >= c.nranks {
 		return &Error{Code: InvalidArgument, Name: ResultName(InvalidArgument), Call: "ncclRecv", Message: fmt.Sprintf("peer %d of %d", peer, c.nranks)}
 	}
-	return c.lib.call(sRecv, c, func() Result { return c.lib.rP2P(sRecv, buf, count, dt, peer, c.h, s) })
+	return c.lib.call(ncclRecv, c, func() Result { return c.lib.rP2P(ncclRecv, buf, count, dt, peer, c.h, s) })
 }
 
 // GroupStart opens a group of calls issued from this goroutine.
 func (l *Lib) GroupStart() error {
-	return l.call(sGroupStart, nil, func() Result { return l.rVoid(sGroupStart) })
+	return l.call(ncclGroupStart, nil, func() Result { return l.rVoid(ncclGroupStart) })
 }
 
 // GroupEnd closes the group and launches its calls.
 func (l *Lib) GroupEnd() error {
-	return l.call(sGroupEnd, nil, func() Result { return l.rVoid(sGroupEnd) })
+	return l.call(ncclGroupEnd, nil, func() Result { return l.rVoid(ncclGroupEnd) })
 }

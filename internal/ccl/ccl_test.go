@@ -9,14 +9,27 @@ import (
 )
 
 func TestSymbolNames(t *testing.T) {
-	for i, s := range symbolNames {
-		if !strings.HasPrefix(s.name, "nccl") {
-			t.Fatalf("symbol %d: %q", i, s.name)
+	// One list for NCCL and RCCL: plain names, the constants are those names.
+	for s := sym(0); s < numSyms; s++ {
+		c := apiNames.Symbols[s].Candidates
+		if len(c) != 1 || c[0] != apiNames.API(s) || !strings.HasPrefix(c[0], "nccl") {
+			t.Fatalf("symbol %d (%s): candidates %v", s, apiNames.API(s), c)
 		}
 	}
-	if symbolNames[sCommInitRank].name != "ncclCommInitRank" || symbolNames[sGroupEnd].name != "ncclGroupEnd" ||
-		symbolNames[sReduceScatter].name != "ncclReduceScatter" || symbolNames[sGetUniqueID].name != "ncclGetUniqueId" {
+	if apiNames.API(ncclCommInitRank) != "ncclCommInitRank" || apiNames.API(ncclGroupEnd) != "ncclGroupEnd" ||
+		apiNames.API(ncclReduceScatter) != "ncclReduceScatter" || apiNames.API(ncclGetUniqueId) != "ncclGetUniqueId" {
 		t.Fatal("symbol table out of order")
+	}
+	// Each load gets its own table, so NCCL and RCCL can both be loaded.
+	if a, b := newSyms(), newSyms(); a == b || a == apiNames {
+		t.Fatal("newSyms shares a table")
+	}
+	var nilLib *Lib
+	if nilLib.HasSymbol("ncclAllReduce") || (&Lib{}).HasSymbol("ncclAllReduce") {
+		t.Error("an unloaded library has symbols")
+	}
+	if err := (&Lib{vendor: "nccl"}).GroupStart(); err == nil || !strings.Contains(err.Error(), "ncclGroupStart") {
+		t.Errorf("a call on a library without a table = %v", err)
 	}
 }
 

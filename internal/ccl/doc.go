@@ -34,3 +34,5 @@
 //     description, the call and, when the library has ncclGetLastError, its
 //     last message.
 package ccl
+
+//go:generate go run ../bindgen

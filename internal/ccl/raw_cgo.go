@@ -67,93 +67,84 @@ static int w_windereg(uintptr_t fn, uintptr_t c, uintptr_t win) {
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
 
-	"github.com/detcoll/detcoll/internal/dl"
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
 func load(vendor, envVar string, names []string) (*Lib, error) {
-	d, err := dl.Open(envVar, names...)
-	if err != nil {
-		return nil, &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: "dlopen", Message: err.Error(), Vendor: vendor}
-	}
-	l := &Lib{name: d.Name(), path: d.Path(), vendor: vendor}
-	for i, s := range symbolNames {
-		p, err := d.Sym(s.name)
-		if err != nil {
-			if s.optional {
-				continue
-			}
-			return nil, &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Call: "dlsym",
-				Message: fmt.Sprintf("%s lacks %s", d.Path(), s.name), Vendor: vendor}
+	t := newSyms()
+	if err := t.Open(envVar, names...); err != nil {
+		e := &Error{Code: resultUnavailable, Name: ResultName(resultUnavailable), Message: err.Error(), Call: "load", Vendor: vendor}
+		if le, ok := err.(*binding.LoadError); ok {
+			e.Call, e.Message = le.Call, le.Message
 		}
-		l.fns[i] = uintptr(p)
+		return nil, e
 	}
-	return l, nil
+	return &Lib{name: t.Name(), path: t.Path(), vendor: vendor, syms: t}, nil
 }
 
-func (l *Lib) f(s sym) C.uintptr_t { return C.uintptr_t(l.fns[s]) }
+func (l *Lib) f(s sym) C.uintptr_t { return C.uintptr_t(l.syms.Ptr(s)) }
 
 func (l *Lib) errorString(r Result) string {
-	if l.fns[sGetErrorString] == 0 {
+	if !l.syms.Have(ncclGetErrorString) {
 		return ""
 	}
-	if s := C.w_errstr(l.f(sGetErrorString), C.int(r)); s != nil {
+	if s := C.w_errstr(l.f(ncclGetErrorString), C.int(r)); s != nil {
 		return C.GoString(s)
 	}
 	return ""
 }
 
 func (l *Lib) lastError(c *Comm) string {
-	if l.fns[sGetLastError] == 0 {
+	if !l.syms.Have(ncclGetLastError) {
 		return ""
 	}
 	var h uintptr
 	if c != nil {
 		h = c.h
 	}
-	if s := C.w_last(l.f(sGetLastError), C.uintptr_t(h)); s != nil {
+	if s := C.w_last(l.f(ncclGetLastError), C.uintptr_t(h)); s != nil {
 		return C.GoString(s)
 	}
 	return ""
 }
 
 func (l *Lib) rGetVersion(v *int32) Result {
-	return Result(C.w_pint(l.f(sGetVersion), (*C.int)(unsafe.Pointer(v))))
+	return Result(C.w_pint(l.f(ncclGetVersion), (*C.int)(unsafe.Pointer(v))))
 }
 func (l *Lib) rGetUniqueID(id *UniqueID) Result {
-	return Result(C.w_uid(l.f(sGetUniqueID), (*C.uchar)(unsafe.Pointer(&id[0]))))
+	return Result(C.w_uid(l.f(ncclGetUniqueId), (*C.uchar)(unsafe.Pointer(&id[0]))))
 }
 func (l *Lib) rCommInitRank(h *uintptr, n int, id *UniqueID, rank int) Result {
-	return Result(C.w_init(l.f(sCommInitRank), (*C.uintptr_t)(unsafe.Pointer(h)), C.int(n), (*C.uchar)(unsafe.Pointer(&id[0])), C.int(rank)))
+	return Result(C.w_init(l.f(ncclCommInitRank), (*C.uintptr_t)(unsafe.Pointer(h)), C.int(n), (*C.uchar)(unsafe.Pointer(&id[0])), C.int(rank)))
 }
 func (l *Lib) rComm(s sym, h uintptr) Result { return Result(C.w_comm(l.f(s), C.uintptr_t(h))) }
 func (l *Lib) rCommGetAsyncError(h uintptr, r *Result) Result {
-	return Result(C.w_async(l.f(sCommGetAsyncError), C.uintptr_t(h), (*C.int)(unsafe.Pointer(r))))
+	return Result(C.w_async(l.f(ncclCommGetAsyncError), C.uintptr_t(h), (*C.int)(unsafe.Pointer(r))))
 }
 func (l *Lib) rReduceLike(s sym, send, recv uint64, n int, dt DataType, op RedOp, h uintptr, st uintptr) Result {
 	return Result(C.w_reduce(l.f(s), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.int(op), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rAllGather(send, recv uint64, n int, dt DataType, h uintptr, st uintptr) Result {
-	return Result(C.w_gather(l.f(sAllGather), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.uintptr_t(h), C.uintptr_t(st)))
+	return Result(C.w_gather(l.f(ncclAllGather), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rBroadcast(send, recv uint64, n int, dt DataType, root int, h uintptr, st uintptr) Result {
-	return Result(C.w_bcast(l.f(sBroadcast), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.int(root), C.uintptr_t(h), C.uintptr_t(st)))
+	return Result(C.w_bcast(l.f(ncclBroadcast), C.ulonglong(send), C.ulonglong(recv), C.size_t(n), C.int(dt), C.int(root), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rP2P(s sym, buf uint64, n int, dt DataType, peer int, h uintptr, st uintptr) Result {
 	return Result(C.w_p2p(l.f(s), C.ulonglong(buf), C.size_t(n), C.int(dt), C.int(peer), C.uintptr_t(h), C.uintptr_t(st)))
 }
 func (l *Lib) rVoid(s sym) Result { return Result(C.w_void(l.f(s))) }
 func (l *Lib) rMemAlloc(ptr *uint64, size int) Result {
-	return Result(C.w_memalloc(l.f(sMemAlloc), (*C.ulonglong)(unsafe.Pointer(ptr)), C.size_t(size)))
+	return Result(C.w_memalloc(l.f(ncclMemAlloc), (*C.ulonglong)(unsafe.Pointer(ptr)), C.size_t(size)))
 }
 func (l *Lib) rMemFree(ptr uint64) Result {
-	return Result(C.w_memfree(l.f(sMemFree), C.ulonglong(ptr)))
+	return Result(C.w_memfree(l.f(ncclMemFree), C.ulonglong(ptr)))
 }
 func (l *Lib) rWindowRegister(h uintptr, buf uint64, size int, win *uintptr, flags int) Result {
-	return Result(C.w_winreg(l.f(sCommWindowRegister), C.uintptr_t(h), C.ulonglong(buf), C.size_t(size), (*C.uintptr_t)(unsafe.Pointer(win)), C.int(flags)))
+	return Result(C.w_winreg(l.f(ncclCommWindowRegister), C.uintptr_t(h), C.ulonglong(buf), C.size_t(size), (*C.uintptr_t)(unsafe.Pointer(win)), C.int(flags)))
 }
 func (l *Lib) rWindowDeregister(h, win uintptr) Result {
-	return Result(C.w_windereg(l.f(sCommWindowDeregister), C.uintptr_t(h), C.uintptr_t(win)))
+	return Result(C.w_windereg(l.f(ncclCommWindowDeregister), C.uintptr_t(h), C.uintptr_t(win)))
 }

@@ -11,8 +11,8 @@ const WinCollSymmetric = 0x01
 // it exports ncclMemAlloc, ncclMemFree, ncclCommWindowRegister and
 // ncclCommWindowDeregister (NCCL ≥ 2.27; RCCL does not).
 func (l *Lib) HasWindows() bool {
-	return l != nil && l.fns[sMemAlloc] != 0 && l.fns[sMemFree] != 0 &&
-		l.fns[sCommWindowRegister] != 0 && l.fns[sCommWindowDeregister] != 0
+	return l != nil && l.syms != nil && l.syms.Have(ncclMemAlloc) && l.syms.Have(ncclMemFree) &&
+		l.syms.Have(ncclCommWindowRegister) && l.syms.Have(ncclCommWindowDeregister)
 }
 
 // MemAlloc is ncclMemAlloc: size bytes of device memory on the calling
@@ -24,7 +24,7 @@ func (l *Lib) MemAlloc(size int) (uint64, error) {
 			Message: fmt.Sprintf("size %d", size), Vendor: l.vendorName()}
 	}
 	var p uint64
-	err := l.call(sMemAlloc, nil, func() Result { return l.rMemAlloc(&p, size) })
+	err := l.call(ncclMemAlloc, nil, func() Result { return l.rMemAlloc(&p, size) })
 	if err != nil {
 		return 0, err
 	}
@@ -36,7 +36,7 @@ func (l *Lib) MemFree(ptr uint64) error {
 	if ptr == 0 {
 		return nil
 	}
-	return l.call(sMemFree, nil, func() Result { return l.rMemFree(ptr) })
+	return l.call(ncclMemFree, nil, func() Result { return l.rMemFree(ptr) })
 }
 
 // Window is an ncclWindow_t: a registered buffer of a communicator.
@@ -60,7 +60,7 @@ func (c *Comm) WindowRegister(buf uint64, size, flags int) (*Window, error) {
 			Message: fmt.Sprintf("buffer %#x, size %d", buf, size), Vendor: c.lib.vendorName()}
 	}
 	w := &Window{comm: c, Buf: buf, Size: size}
-	err := c.lib.call(sCommWindowRegister, c, func() Result { return c.lib.rWindowRegister(c.h, buf, size, &w.h, flags) })
+	err := c.lib.call(ncclCommWindowRegister, c, func() Result { return c.lib.rWindowRegister(c.h, buf, size, &w.h, flags) })
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (w *Window) Deregister() error {
 	if c == nil || c.h == 0 {
 		return &Error{Code: InvalidUsage, Name: ResultName(InvalidUsage), Call: "ncclCommWindowDeregister", Message: "communicator destroyed"}
 	}
-	err := c.lib.call(sCommWindowDeregister, c, func() Result { return c.lib.rWindowDeregister(c.h, w.h) })
+	err := c.lib.call(ncclCommWindowDeregister, c, func() Result { return c.lib.rWindowDeregister(c.h, w.h) })
 	w.h = 0
 	return err
 }

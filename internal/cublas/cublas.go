@@ -6,8 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/cuda"
 )
 
@@ -65,64 +65,27 @@ const (
 	StatusUnavailable    Status = -2
 )
 
-var statusNames = map[Status]string{
-	0: "CUBLAS_STATUS_SUCCESS", 1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED",
-	7: "CUBLAS_STATUS_INVALID_VALUE", 8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR",
-	13: "CUBLAS_STATUS_EXECUTION_FAILED", 14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED",
-	16: "CUBLAS_STATUS_LICENSE_ERROR",
-	-1: "DETCOLL_SYMBOL_NOT_FOUND", -2: "DETCOLL_CUBLAS_UNAVAILABLE",
-}
-
-var statusMessages = map[Status]string{
-	1:  "the library was not initialized",
-	3:  "resource allocation failed",
-	7:  "an unsupported value or parameter was passed to the function",
-	8:  "the function requires a feature absent from the device architecture",
-	11: "an access to GPU memory space failed",
-	13: "the GPU program failed to execute",
-	14: "an internal operation failed",
-	15: "the functionality requested is not supported",
-	16: "the functionality requested requires some license",
-}
-
 // StatusName is the CUBLAS_STATUS_* name of a code from the built-in table,
 // or "CUBLAS_STATUS_<n>".
 func StatusName(s Status) string {
-	if n, ok := statusNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("CUBLAS_STATUS_%d", int32(s))
+	return binding.Name(statusNames, resultFallback, s)
 }
 
-// Error is a failed cuBLAS call (or a call refused before it was made).
-type Error struct {
-	Code    Status
-	Name    string // e.g. CUBLAS_STATUS_INVALID_VALUE
-	Message string // description, when known
-	Call    string // the symbol, e.g. cublasGemmEx
-}
+// Error is a failed cuBLAS call (or a call refused before it was made):
+// Code, Name (e.g. CUBLAS_STATUS_INVALID_VALUE), Message (description, when
+// known) and Call (the symbol, e.g. cublasGemmEx). Its message starts
+// "cublas: "; errors.Is matches it by code, and a load failure
+// (StatusUnavailable) wraps ErrUnavailable. It is internal/binding's error
+// type, instantiated for this binding.
+type Error = binding.Error[Status, vendor]
 
-func (e *Error) Error() string {
-	s := "cublas: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	return s
-}
+// vendor names this binding in its errors.
+type vendor struct{}
 
-// Is reports whether target is an *Error with the same code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	return errors.As(target, &t) && t.Code == e.Code
-}
+func (vendor) Name() string { return "cublas" }
 
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == StatusUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
+// Unavailable is the error load failures wrap.
+func (vendor) Unavailable() error { return ErrUnavailable }
 
 func invalid(call, format string, args ...any) error {
 	return &Error{Code: StatusInvalidValue, Name: StatusName(StatusInvalidValue), Message: fmt.Sprintf(format, args...), Call: call}
@@ -240,90 +203,30 @@ const (
 	AtomicsAllowed    AtomicsMode = 1
 )
 
-// sym indexes the symbol table.
-type sym int
-
-const (
-	sCreate sym = iota
-	sDestroy
-	sSetStream
-	sSetWorkspace
-	sSetMathMode
-	sGetMathMode
-	sSetAtomicsMode
-	sGetVersion
-	sGetProperty
-	sGemmEx
-	sGemmStridedBatchedEx
-	sGetStatusName
-	sGetStatusString
-	numSyms
-)
-
-type symbol struct {
-	api        string
-	candidates []string
-	optional   bool
-}
-
-var symbols = [numSyms]symbol{
-	sCreate:               {"cublasCreate", []string{"cublasCreate_v2"}, false},
-	sDestroy:              {"cublasDestroy", []string{"cublasDestroy_v2"}, false},
-	sSetStream:            {"cublasSetStream", []string{"cublasSetStream_v2"}, false},
-	sSetWorkspace:         {"cublasSetWorkspace", []string{"cublasSetWorkspace_v2"}, true},
-	sSetMathMode:          {"cublasSetMathMode", []string{"cublasSetMathMode"}, false},
-	sGetMathMode:          {"cublasGetMathMode", []string{"cublasGetMathMode"}, false},
-	sSetAtomicsMode:       {"cublasSetAtomicsMode", []string{"cublasSetAtomicsMode"}, true},
-	sGetVersion:           {"cublasGetVersion", []string{"cublasGetVersion_v2"}, false},
-	sGetProperty:          {"cublasGetProperty", []string{"cublasGetProperty"}, true},
-	sGemmEx:               {"cublasGemmEx", []string{"cublasGemmEx"}, false},
-	sGemmStridedBatchedEx: {"cublasGemmStridedBatchedEx", []string{"cublasGemmStridedBatchedEx"}, false},
-	sGetStatusName:        {"cublasGetStatusName", []string{"cublasGetStatusName"}, true},
-	sGetStatusString:      {"cublasGetStatusString", []string{"cublasGetStatusString"}, true},
-}
-
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
-
 // Init loads the library once per process; later calls return the first
 // outcome. Every call that needs the library calls it.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why cuBLAS cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return libraryPath()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "cublasCreate" → "cublasCreate_v2"): the one resolved when loaded, else
 // the preferred candidate; "" for an unknown name.
 func SymbolName(api string) string {
-	for i := range symbols {
-		if symbols[i].api == api {
-			return resolvedName(sym(i))
-		}
-	}
-	return ""
+	return syms.SymbolName(api)
 }
 
 func errorOf(s sym, r Status) error {
 	if r == StatusSuccess {
 		return nil
 	}
-	e := &Error{Code: r, Call: resolvedName(s), Name: StatusName(r)}
+	e := &Error{Code: r, Call: syms.Resolved(s), Name: StatusName(r)}
 	if r == StatusSymbolNotFound {
-		e.Message = "the loaded cuBLAS does not export " + symbols[s].api
+		e.Message = "the loaded cuBLAS does not export " + syms.API(s)
 		return e
 	}
 	if n, ok := rStatusName(r); ok && n != "" {
@@ -331,7 +234,7 @@ func errorOf(s sym, r Status) error {
 	}
 	if m, ok := rStatusString(r); ok && m != "" && m != e.Name {
 		e.Message = m
-	} else if m, ok := statusMessages[r]; ok {
+	} else if m, ok := resultMessages[r]; ok {
 		e.Message = m
 	}
 	return e
@@ -342,7 +245,7 @@ func call(s sym, f func() Status) error {
 	if err := Init(); err != nil {
 		return err
 	}
-	if !have(s) {
+	if !syms.Have(s) {
 		return errorOf(s, StatusSymbolNotFound)
 	}
 	return errorOf(s, f())
@@ -354,7 +257,7 @@ func Version() (major, minor, patch int, err error) {
 	var v [3]int32
 	for i := range v {
 		p := int32(i) // MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
-		if err = call(sGetProperty, func() Status { return rGetProperty(p, &v[i]) }); err != nil {
+		if err = call(cublasGetProperty, func() Status { return rGetProperty(p, &v[i]) }); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -384,7 +287,7 @@ func (h Handle) check(callName string) error {
 // inside gpu.Device.Do). Destroy it with Destroy, in the same context.
 func Create() (Handle, error) {
 	var h uintptr
-	err := call(sCreate, func() Status { return rCreate(&h) })
+	err := call(cublasCreate, func() Status { return rCreate(&h) })
 	return Handle(h), err
 }
 
@@ -393,7 +296,7 @@ func (h Handle) Destroy() error {
 	if h == 0 {
 		return nil
 	}
-	return call(sDestroy, func() Status { return rHandle(sDestroy, uintptr(h)) })
+	return call(cublasDestroy, func() Status { return rHandle(cublasDestroy, uintptr(h)) })
 }
 
 // SetStream makes the handle enqueue on s (0: the legacy default stream).
@@ -403,7 +306,7 @@ func (h Handle) SetStream(s cuda.Stream) error {
 	if err := h.check("cublasSetStream_v2"); err != nil {
 		return err
 	}
-	return call(sSetStream, func() Status { return rHandlePtr(sSetStream, uintptr(h), uintptr(s)) })
+	return call(cublasSetStream, func() Status { return rHandlePtr(cublasSetStream, uintptr(h), uintptr(s)) })
 }
 
 // SetWorkspace gives the handle a workspace of bytes at p (device memory
@@ -417,7 +320,7 @@ func (h Handle) SetWorkspace(p cuda.DevicePtr, bytes int) error {
 	if bytes < 0 || (bytes > 0 && p == 0) || uint64(p)%256 != 0 {
 		return invalid("cublasSetWorkspace_v2", "workspace %#x of %d bytes (want a 256-byte aligned buffer)", uint64(p), bytes)
 	}
-	return call(sSetWorkspace, func() Status { return rSetWorkspace(uintptr(h), uint64(p), uint64(bytes)) })
+	return call(cublasSetWorkspace, func() Status { return rSetWorkspace(uintptr(h), uint64(p), uint64(bytes)) })
 }
 
 // SetMathMode sets the math mode.
@@ -425,7 +328,7 @@ func (h Handle) SetMathMode(m Math) error {
 	if err := h.check("cublasSetMathMode"); err != nil {
 		return err
 	}
-	return call(sSetMathMode, func() Status { return rHandleInt(sSetMathMode, uintptr(h), int32(m)) })
+	return call(cublasSetMathMode, func() Status { return rHandleInt(cublasSetMathMode, uintptr(h), int32(m)) })
 }
 
 // MathMode reads the math mode.
@@ -434,7 +337,7 @@ func (h Handle) MathMode() (Math, error) {
 		return 0, err
 	}
 	var v int32
-	err := call(sGetMathMode, func() Status { return rHandleIntPtr(sGetMathMode, uintptr(h), &v) })
+	err := call(cublasGetMathMode, func() Status { return rHandleIntPtr(cublasGetMathMode, uintptr(h), &v) })
 	return Math(v), err
 }
 
@@ -444,7 +347,7 @@ func (h Handle) SetAtomicsMode(a AtomicsMode) error {
 	if err := h.check("cublasSetAtomicsMode"); err != nil {
 		return err
 	}
-	return call(sSetAtomicsMode, func() Status { return rHandleInt(sSetAtomicsMode, uintptr(h), int32(a)) })
+	return call(cublasSetAtomicsMode, func() Status { return rHandleInt(cublasSetAtomicsMode, uintptr(h), int32(a)) })
 }
 
 // Version is cublasGetVersion_v2: major*10000 + minor*100 + patch for
@@ -454,7 +357,7 @@ func (h Handle) Version() (int, error) {
 		return 0, err
 	}
 	var v int32
-	err := call(sGetVersion, func() Status { return rHandleIntPtr(sGetVersion, uintptr(h), &v) })
+	err := call(cublasGetVersion, func() Status { return rHandleIntPtr(cublasGetVersion, uintptr(h), &v) })
 	return int(v), err
 }
 
@@ -548,7 +451,7 @@ func (h Handle) GemmEx(g Gemm) error {
 	if err := g.Check(false); err != nil {
 		return err
 	}
-	return call(sGemmEx, func() Status { return rGemmEx(uintptr(h), &g) })
+	return call(cublasGemmEx, func() Status { return rGemmEx(uintptr(h), &g) })
 }
 
 // GemmStridedBatchedEx enqueues cublasGemmStridedBatchedEx on the handle's
@@ -560,5 +463,5 @@ func (h Handle) GemmStridedBatchedEx(g Gemm) error {
 	if err := g.Check(true); err != nil {
 		return err
 	}
-	return call(sGemmStridedBatchedEx, func() Status { return rGemmStridedBatchedEx(uintptr(h), &g) })
+	return call(cublasGemmStridedBatchedEx, func() Status { return rGemmStridedBatchedEx(uintptr(h), &g) })
 }

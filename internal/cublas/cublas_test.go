@@ -4,24 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range symbols {
-		if s.api == "" || len(s.candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.api] {
-			t.Fatalf("duplicate api %s", s.api)
-		}
-		seen[s.api] = true
-		for _, c := range s.candidates {
-			if !strings.HasPrefix(c, s.api) {
-				t.Errorf("%s: candidate %s is not a variant of it", s.api, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(api string) string { return api })
 	// The exports cublas_api.h (12.x/13.x) maps the plain names to.
 	want := map[string]string{
 		"cublasCreate": "cublasCreate_v2", "cublasDestroy": "cublasDestroy_v2", "cublasSetStream": "cublasSetStream_v2",
@@ -37,9 +25,9 @@ func TestSymbolTable(t *testing.T) {
 	if SymbolName("cublasNoSuchThing") != "" {
 		t.Error("unknown api has a symbol")
 	}
-	for _, req := range []sym{sCreate, sDestroy, sSetStream, sSetMathMode, sGemmEx, sGemmStridedBatchedEx} {
-		if symbols[req].optional {
-			t.Errorf("%s must be required", symbols[req].api)
+	for _, req := range []sym{cublasCreate, cublasDestroy, cublasSetStream, cublasSetMathMode, cublasGemmEx, cublasGemmStridedBatchedEx} {
+		if syms.Symbols[req].Optional {
+			t.Errorf("%s must be required", syms.Symbols[req].API)
 		}
 	}
 }
@@ -91,7 +79,7 @@ func TestErrors(t *testing.T) {
 	if StatusName(42) != "CUBLAS_STATUS_42" || StatusName(StatusExecutionFailed) != "CUBLAS_STATUS_EXECUTION_FAILED" {
 		t.Fatal("status names")
 	}
-	if got := errorOf(sGemmEx, StatusSymbolNotFound).Error(); !strings.Contains(got, "does not export cublasGemmEx") {
+	if got := errorOf(cublasGemmEx, StatusSymbolNotFound).Error(); !strings.Contains(got, "does not export cublasGemmEx") {
 		t.Fatalf("missing symbol message: %s", got)
 	}
 	if (PedanticMath | DisallowReducedPrecisionReduction).String() != "CUBLAS_PEDANTIC_MATH|CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION" {

@@ -49,3 +49,5 @@
 // with code StatusInvalidValue), so a bad leading dimension never reaches
 // the library. Load failures wrap ErrUnavailable.
 package cublas
+
+//go:generate go run ../bindgen

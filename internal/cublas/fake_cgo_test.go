@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 	"github.com/detcoll/detcoll/internal/cuda"
 )
 
@@ -64,29 +65,9 @@ func TestFakeLibrary(t *testing.T) {
 	if os.Getenv(fakeChildEnv) != "" {
 		t.Skip("in the child")
 	}
-	cc := ""
-	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
-		if c == "" {
-			continue
-		}
-		if p, err := exec.LookPath(c); err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no host C compiler")
-	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "fake.c")
-	so := filepath.Join(dir, "libcublas-fake.so")
+	so := bindingtest.Build(t, dir, "libcublas-fake.so", "cuBLAS", fakeLib, "-O1")
 	logPath := filepath.Join(dir, "calls.log")
-	if err := os.WriteFile(src, []byte(fakeLib), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", so, src).CombinedOutput(); err != nil {
-		t.Fatalf("building the fake library: %v\n%s", err, out)
-	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeLibraryChild$", "-test.v")
 	cmd.Env = append(os.Environ(), fakeChildEnv+"=1", LibraryEnv+"="+so, "DETCOLL_FAKE_CUBLAS_LOG="+logPath)
 	out, err := cmd.CombinedOutput()

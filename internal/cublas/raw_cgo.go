@@ -48,63 +48,22 @@ static int w_gemm_sb(uintptr_t fn, uintptr_t h, int ta, int tb, int m, int n, in
 */
 import "C"
 
-import (
-	"fmt"
+import "github.com/detcoll/detcoll/internal/binding"
 
-	"github.com/detcoll/detcoll/internal/dl"
-)
-
-var (
-	fns      [numSyms]C.uintptr_t
-	resolved [numSyms]string
-	lib      *dl.Library
-)
-
-func fn(s sym) C.uintptr_t { return fns[s] }
+func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 
 func load() error {
-	l, err := dl.Open(LibraryEnv, LibraryNames()...)
-	if err != nil {
-		return &Error{Code: StatusUnavailable, Name: StatusName(StatusUnavailable), Message: err.Error(), Call: "dlopen"}
+	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
+		return binding.LoadFailure[Status, vendor](err, StatusName(StatusUnavailable))
 	}
-	for i := range symbols {
-		s := &symbols[i]
-		p, name, err := l.SymAny(s.candidates...)
-		if err != nil {
-			if s.optional {
-				continue
-			}
-			return &Error{Code: StatusUnavailable, Name: StatusName(StatusUnavailable),
-				Message: fmt.Sprintf("%s lacks %s: %v", l.Path(), s.api, err), Call: "dlsym"}
-		}
-		fns[i] = C.uintptr_t(p)
-		resolved[i] = name
-	}
-	lib = l
 	return nil
 }
 
-func libraryPath() string {
-	if lib == nil {
-		return ""
-	}
-	return lib.Path()
-}
-
-func have(s sym) bool { return fns[s] != 0 }
-
-func resolvedName(s sym) string {
-	if resolved[s] != "" {
-		return resolved[s]
-	}
-	return symbols[s].candidates[0]
-}
-
 func rStatusName(r Status) (string, bool) {
-	if !have(sGetStatusName) {
+	if !syms.Have(cublasGetStatusName) {
 		return "", false
 	}
-	p := C.w_str(fn(sGetStatusName), C.int(r))
+	p := C.w_str(fn(cublasGetStatusName), C.int(r))
 	if p == nil {
 		return "", false
 	}
@@ -112,10 +71,10 @@ func rStatusName(r Status) (string, bool) {
 }
 
 func rStatusString(r Status) (string, bool) {
-	if !have(sGetStatusString) {
+	if !syms.Have(cublasGetStatusString) {
 		return "", false
 	}
-	p := C.w_str(fn(sGetStatusString), C.int(r))
+	p := C.w_str(fn(cublasGetStatusString), C.int(r))
 	if p == nil {
 		return "", false
 	}
@@ -124,7 +83,7 @@ func rStatusString(r Status) (string, bool) {
 
 func rCreate(h *uintptr) Status {
 	var v C.uintptr_t
-	r := Status(C.w_create(fn(sCreate), &v))
+	r := Status(C.w_create(fn(cublasCreate), &v))
 	*h = uintptr(v)
 	return r
 }
@@ -136,7 +95,7 @@ func rHandlePtr(s sym, h, p uintptr) Status {
 }
 
 func rSetWorkspace(h uintptr, p, n uint64) Status {
-	return Status(C.w_ws(fn(sSetWorkspace), C.uintptr_t(h), C.uint64_t(p), C.uint64_t(n)))
+	return Status(C.w_ws(fn(cublasSetWorkspace), C.uintptr_t(h), C.uint64_t(p), C.uint64_t(n)))
 }
 
 func rHandleInt(s sym, h uintptr, v int32) Status {
@@ -152,13 +111,13 @@ func rHandleIntPtr(s sym, h uintptr, v *int32) Status {
 
 func rGetProperty(which int32, v *int32) Status {
 	var c C.int
-	r := Status(C.w_prop(fn(sGetProperty), C.int(which), &c))
+	r := Status(C.w_prop(fn(cublasGetProperty), C.int(which), &c))
 	*v = int32(c)
 	return r
 }
 
 func rGemmEx(h uintptr, g *Gemm) Status {
-	return Status(C.w_gemm(fn(sGemmEx), C.uintptr_t(h), C.int(g.TransA), C.int(g.TransB),
+	return Status(C.w_gemm(fn(cublasGemmEx), C.uintptr_t(h), C.int(g.TransA), C.int(g.TransB),
 		C.int(g.M), C.int(g.N), C.int(g.K),
 		C.float(g.Alpha), C.uint64_t(g.A), C.int(g.AType), C.int(g.LDA),
 		C.uint64_t(g.B), C.int(g.BType), C.int(g.LDB),
@@ -167,7 +126,7 @@ func rGemmEx(h uintptr, g *Gemm) Status {
 }
 
 func rGemmStridedBatchedEx(h uintptr, g *Gemm) Status {
-	return Status(C.w_gemm_sb(fn(sGemmStridedBatchedEx), C.uintptr_t(h), C.int(g.TransA), C.int(g.TransB),
+	return Status(C.w_gemm_sb(fn(cublasGemmStridedBatchedEx), C.uintptr_t(h), C.int(g.TransA), C.int(g.TransB),
 		C.int(g.M), C.int(g.N), C.int(g.K),
 		C.float(g.Alpha), C.uint64_t(g.A), C.int(g.AType), C.int(g.LDA), C.longlong(g.StrideA),
 		C.uint64_t(g.B), C.int(g.BType), C.int(g.LDB), C.longlong(g.StrideB),

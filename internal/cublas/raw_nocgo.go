@@ -10,9 +10,6 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string                 { return "" }
-func have(sym) bool                       { return false }
-func resolvedName(s sym) string           { return symbols[s].candidates[0] }
 func rStatusName(Status) (string, bool)   { return "", false }
 func rStatusString(Status) (string, bool) { return "", false }
 func rCreate(*uintptr) Status             { return StatusUnavailable }

@@ -4,20 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
-	"sync"
-)
 
-var (
-	loadOnce sync.Once
-	loadErr  error
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 // Init loads the driver library and calls cuInit(0), once per process; later
 // calls return the first outcome. Every wrapper calls it.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why CUDA cannot be used here, or nil. The error wraps
 // ErrUnavailable.
@@ -25,23 +18,13 @@ func Available() error { return Init() }
 
 // LibraryPath is the driver library that was loaded ("" before a successful
 // Init).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return libraryPath()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "cuMemAlloc" → "cuMemAlloc_v2"): the one loaded when the driver is loaded,
 // else the preferred candidate; "" for an unknown name.
 func SymbolName(api string) string {
-	for i := range symbols {
-		if symbols[i].api == api {
-			return resolvedName(sym(i))
-		}
-	}
-	return ""
+	return syms.SymbolName(api)
 }
 
 // errorOf turns a CUresult from symbol s into an *Error (nil on success).
@@ -49,9 +32,9 @@ func errorOf(s sym, r Result) error {
 	if r == ResultSuccess {
 		return nil
 	}
-	e := &Error{Code: r, Call: resolvedName(s)}
+	e := &Error{Code: r, Call: syms.Resolved(s)}
 	if r == ResultSymbolNotFound {
-		e.Message = "the loaded driver does not export " + symbols[s].api
+		e.Message = "the loaded driver does not export " + syms.API(s)
 	}
 	if n, ok := rErrorName(r); ok && r >= 0 {
 		e.Name = n
@@ -71,7 +54,7 @@ func call(s sym, f func() Result) error {
 	if err := Init(); err != nil {
 		return err
 	}
-	if !have(s) {
+	if !syms.Have(s) {
 		return errorOf(s, ResultSymbolNotFound)
 	}
 	return errorOf(s, f())
@@ -81,7 +64,7 @@ func call(s sym, f func() Result) error {
 // 1000*major + 10*minor (13000 for CUDA 13.0).
 func DriverVersion() (int, error) {
 	var v int32
-	err := call(sDriverGetVersion, func() Result { return rDriverGetVersion(&v) })
+	err := call(cuDriverGetVersion, func() Result { return rDriverGetVersion(&v) })
 	return int(v), err
 }
 
@@ -91,21 +74,21 @@ func VersionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10
 // DeviceCount is the number of visible devices.
 func DeviceCount() (int, error) {
 	var n int32
-	err := call(sDeviceGetCount, func() Result { return rDeviceGetCount(&n) })
+	err := call(cuDeviceGetCount, func() Result { return rDeviceGetCount(&n) })
 	return int(n), err
 }
 
 // DeviceGet returns the device with the given ordinal.
 func DeviceGet(ordinal int) (Device, error) {
 	var d Device
-	err := call(sDeviceGet, func() Result { return rDeviceGet(&d, ordinal) })
+	err := call(cuDeviceGet, func() Result { return rDeviceGet(&d, ordinal) })
 	return d, err
 }
 
 // Name is the marketing name, e.g. "NVIDIA H200".
 func (d Device) Name() (string, error) {
 	buf := make([]byte, 256)
-	if err := call(sDeviceGetName, func() Result { return rDeviceGetName(buf, d) }); err != nil {
+	if err := call(cuDeviceGetName, func() Result { return rDeviceGetName(buf, d) }); err != nil {
 		return "", err
 	}
 	if i := bytes.IndexByte(buf, 0); i >= 0 {
@@ -117,7 +100,7 @@ func (d Device) Name() (string, error) {
 // Attribute reads one device attribute.
 func (d Device) Attribute(a DeviceAttribute) (int, error) {
 	var v int32
-	err := call(sDeviceGetAttribute, func() Result { return rDeviceGetAttribute(&v, a, d) })
+	err := call(cuDeviceGetAttribute, func() Result { return rDeviceGetAttribute(&v, a, d) })
 	return int(v), err
 }
 
@@ -133,21 +116,21 @@ func (d Device) ComputeCapability() (major, minor int, err error) {
 // TotalMem is the device memory in bytes.
 func (d Device) TotalMem() (uint64, error) {
 	var b uint64
-	err := call(sDeviceTotalMem, func() Result { return rDeviceTotalMem(&b, d) })
+	err := call(cuDeviceTotalMem, func() Result { return rDeviceTotalMem(&b, d) })
 	return b, err
 }
 
 // UUID is the device UUID (16 bytes).
 func (d Device) UUID() ([16]byte, error) {
 	var u [16]byte
-	err := call(sDeviceGetUUID, func() Result { return rDeviceGetUUID(&u, d) })
+	err := call(cuDeviceGetUuid, func() Result { return rDeviceGetUUID(&u, d) })
 	return u, err
 }
 
 // PCIBusID is the PCI address, e.g. "0000:19:00.0".
 func (d Device) PCIBusID() (string, error) {
 	buf := make([]byte, 64)
-	if err := call(sDeviceGetPCIBusID, func() Result { return rDeviceGetPCIBusID(buf, d) }); err != nil {
+	if err := call(cuDeviceGetPCIBusId, func() Result { return rDeviceGetPCIBusID(buf, d) }); err != nil {
 		return "", err
 	}
 	if i := bytes.IndexByte(buf, 0); i >= 0 {
@@ -159,7 +142,7 @@ func (d Device) PCIBusID() (string, error) {
 // CanAccessPeer reports whether d can map peer's memory.
 func (d Device) CanAccessPeer(peer Device) (bool, error) {
 	var c int32
-	err := call(sDeviceCanAccessPeer, func() Result { return rDeviceCanAccessPeer(&c, d, peer) })
+	err := call(cuDeviceCanAccessPeer, func() Result { return rDeviceCanAccessPeer(&c, d, peer) })
 	return c != 0, err
 }
 
@@ -167,25 +150,25 @@ func (d Device) CanAccessPeer(peer Device) (bool, error) {
 // runtime and NCCL use). Balance with PrimaryCtxRelease.
 func (d Device) PrimaryCtxRetain() (Context, error) {
 	var c Context
-	err := call(sDevicePrimaryCtxRetain, func() Result { return rPrimaryCtxRetain(&c, d) })
+	err := call(cuDevicePrimaryCtxRetain, func() Result { return rPrimaryCtxRetain(&c, d) })
 	return c, err
 }
 
 // PrimaryCtxRelease releases one retain of the primary context.
 func (d Device) PrimaryCtxRelease() error {
-	return call(sDevicePrimaryCtxRelease, func() Result { return rPrimaryCtxRelease(d) })
+	return call(cuDevicePrimaryCtxRelease, func() Result { return rPrimaryCtxRelease(d) })
 }
 
 // SetCurrent makes c current on the calling OS thread. Only meaningful while
 // the goroutine is locked to its thread (see Bind and Do).
 func (c Context) SetCurrent() error {
-	return call(sCtxSetCurrent, func() Result { return rCtxSetCurrent(c) })
+	return call(cuCtxSetCurrent, func() Result { return rCtxSetCurrent(c) })
 }
 
 // CurrentContext is the context current on the calling OS thread (0 if none).
 func CurrentContext() (Context, error) {
 	var c Context
-	err := call(sCtxGetCurrent, func() Result { return rCtxGetCurrent(&c) })
+	err := call(cuCtxGetCurrent, func() Result { return rCtxGetCurrent(&c) })
 	return c, err
 }
 
@@ -214,13 +197,13 @@ func (c Context) Do(fn func() error) error {
 
 // CtxSynchronize waits for all work of the current context.
 func CtxSynchronize() error {
-	return call(sCtxSynchronize, rCtxSynchronize)
+	return call(cuCtxSynchronize, rCtxSynchronize)
 }
 
 // EnablePeerAccess lets the current context access peer's memory. An
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Context) error {
-	err := call(sCtxEnablePeerAccess, func() Result { return rCtxEnablePeerAccess(peer) })
+	err := call(cuCtxEnablePeerAccess, func() Result { return rCtxEnablePeerAccess(peer) })
 	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
 		return nil
 	}
@@ -229,7 +212,7 @@ func EnablePeerAccess(peer Context) error {
 
 // MemGetInfo returns free and total memory of the current context's device.
 func MemGetInfo() (free, total uint64, err error) {
-	err = call(sMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
+	err = call(cuMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
 	return free, total, err
 }
 
@@ -247,7 +230,7 @@ func MemAlloc(n int) (DevicePtr, error) {
 		return 0, err
 	}
 	var p DevicePtr
-	err := call(sMemAlloc, func() Result { return rMemAlloc(&p, n) })
+	err := call(cuMemAlloc, func() Result { return rMemAlloc(&p, n) })
 	return p, err
 }
 
@@ -256,7 +239,7 @@ func MemFree(p DevicePtr) error {
 	if p == 0 {
 		return nil
 	}
-	return call(sMemFree, func() Result { return rMemFree(p) })
+	return call(cuMemFree, func() Result { return rMemFree(p) })
 }
 
 // MemGetAddressRange returns the base and size of the allocation that
@@ -264,7 +247,7 @@ func MemFree(p DevicePtr) error {
 // the current context; any other address is an *Error (typically
 // CUDA_ERROR_NOT_FOUND or CUDA_ERROR_INVALID_VALUE), never a crash.
 func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
-	err = call(sMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
+	err = call(cuMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
 	return base, size, err
 }
 
@@ -274,7 +257,7 @@ func MemAllocHost(n int) (HostMem, error) {
 		return HostMem{}, err
 	}
 	var h HostMem
-	err := call(sMemAllocHost, func() Result { return rMemAllocHost(&h, n) })
+	err := call(cuMemAllocHost, func() Result { return rMemAllocHost(&h, n) })
 	return h, err
 }
 
@@ -283,7 +266,7 @@ func MemFreeHost(h HostMem) error {
 	if h.p == nil {
 		return nil
 	}
-	return call(sMemFreeHost, func() Result { return rMemFreeHost(h) })
+	return call(cuMemFreeHost, func() Result { return rMemFreeHost(h) })
 }
 
 // MemcpyHtoD copies src to device memory, synchronously.
@@ -291,7 +274,7 @@ func MemcpyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return call(sMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
+	return call(cuMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
 }
 
 // MemcpyDtoH copies device memory into dst, synchronously.
@@ -299,7 +282,7 @@ func MemcpyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return call(sMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
+	return call(cuMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
 }
 
 // MemcpyDtoD copies n bytes between device buffers.
@@ -307,7 +290,7 @@ func MemcpyDtoD(dst, src DevicePtr, n int) error {
 	if err := checkSize("cuMemcpyDtoD", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
+	return call(cuMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
 }
 
 func checkHost(callName string, h HostMem, off, n int) error {
@@ -323,7 +306,7 @@ func MemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) error {
 	if err := checkHost("cuMemcpyHtoDAsync", src, off, n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
+	return call(cuMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
 }
 
 // MemcpyDtoHAsync enqueues a copy of n bytes from src into dst[off:] on s.
@@ -331,7 +314,7 @@ func MemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) error
 	if err := checkHost("cuMemcpyDtoHAsync", dst, off, n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
+	return call(cuMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
 }
 
 // MemcpyDtoDAsync enqueues a device-to-device copy on s.
@@ -339,7 +322,7 @@ func MemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) error {
 	if err := checkSize("cuMemcpyDtoDAsync", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
+	return call(cuMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
 }
 
 // MemsetD8 sets n bytes to v, synchronously.
@@ -347,7 +330,7 @@ func MemsetD8(dst DevicePtr, v byte, n int) error {
 	if err := checkSize("cuMemsetD8", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
+	return call(cuMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
 }
 
 // MemsetD8Async enqueues a byte fill on s.
@@ -355,82 +338,7 @@ func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
 	if err := checkSize("cuMemsetD8Async", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
-}
-
-// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
-func StreamCreate(flags uint32) (Stream, error) {
-	var h uintptr
-	err := call(sStreamCreate, func() Result { return rCreate(sStreamCreate, &h, flags) })
-	return Stream(h), err
-}
-
-// Destroy destroys the stream (the default stream is not destroyed).
-func (s Stream) Destroy() error {
-	if s == 0 {
-		return nil
-	}
-	return call(sStreamDestroy, func() Result { return rHandle(sStreamDestroy, uintptr(s)) })
-}
-
-// Synchronize waits for all work queued on s.
-func (s Stream) Synchronize() error {
-	return call(sStreamSynchronize, func() Result { return rHandle(sStreamSynchronize, uintptr(s)) })
-}
-
-// Query reports whether all work on s has completed.
-func (s Stream) Query() (bool, error) {
-	err := call(sStreamQuery, func() Result { return rHandle(sStreamQuery, uintptr(s)) })
-	if e, ok := err.(*Error); ok && e.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// WaitEvent makes future work on s wait for e.
-func (s Stream) WaitEvent(e Event) error {
-	return call(sStreamWaitEvent, func() Result { return rStreamWaitEvent(s, e) })
-}
-
-// EventCreate creates an event (EventDefault records timing).
-func EventCreate(flags uint32) (Event, error) {
-	var h uintptr
-	err := call(sEventCreate, func() Result { return rCreate(sEventCreate, &h, flags) })
-	return Event(h), err
-}
-
-// Record enqueues e on s.
-func (e Event) Record(s Stream) error {
-	return call(sEventRecord, func() Result { return rHandle2(sEventRecord, uintptr(e), uintptr(s)) })
-}
-
-// Synchronize waits for e.
-func (e Event) Synchronize() error {
-	return call(sEventSynchronize, func() Result { return rHandle(sEventSynchronize, uintptr(e)) })
-}
-
-// Query reports whether e has completed.
-func (e Event) Query() (bool, error) {
-	err := call(sEventQuery, func() Result { return rHandle(sEventQuery, uintptr(e)) })
-	if x, ok := err.(*Error); ok && x.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// Destroy destroys the event.
-func (e Event) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(sEventDestroy, func() Result { return rHandle(sEventDestroy, uintptr(e)) })
-}
-
-// ElapsedTime is the time in milliseconds between two recorded events.
-func ElapsedTime(start, end Event) (float32, error) {
-	var ms float32
-	err := call(sEventElapsedTime, func() Result { return rEventElapsedTime(&ms, start, end) })
-	return ms, err
+	return call(cuMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
 }
 
 // ModuleLoadData loads a CUBIN or a NUL-terminated PTX image into the
@@ -439,36 +347,7 @@ func ModuleLoadData(image []byte) (Module, error) {
 	if len(image) == 0 {
 		return 0, &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: "empty module image", Call: "cuModuleLoadData"}
 	}
-	var m Module
-	err := call(sModuleLoadData, func() Result { return rModuleLoadData(&m, image) })
-	return m, err
-}
-
-// Unload unloads the module.
-func (m Module) Unload() error {
-	if m == 0 {
-		return nil
-	}
-	return call(sModuleUnload, func() Result { return rHandle(sModuleUnload, uintptr(m)) })
-}
-
-// Function looks up a kernel by its (extern "C") name.
-func (m Module) Function(name string) (Function, error) {
-	var f Function
-	err := call(sModuleGetFunction, func() Result { return rModuleGetFunction(&f, m, name) })
-	if err != nil {
-		if e, ok := err.(*Error); ok {
-			e.Message += " (kernel " + name + ")"
-		}
-	}
-	return f, err
-}
-
-// Attribute reads a function attribute (registers, local memory …).
-func (f Function) Attribute(a FunctionAttribute) (int, error) {
-	var v int32
-	err := call(sFuncGetAttribute, func() Result { return rFuncGetAttribute(&v, a, f) })
-	return int(v), err
+	return gpurt.ModuleLoadData[rt](image)
 }
 
 // LaunchKernel enqueues f on s with the parameters laid out in args.
@@ -483,87 +362,13 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args
 		return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue),
 			Message: fmt.Sprintf("empty launch grid %v block %v", grid, block), Call: "cuLaunchKernel"}
 	}
-	return call(sLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// BeginCapture starts capturing s into a graph. With CaptureGlobal or
-// CaptureThreadLocal, EndCapture must run on the same OS thread: capture
-// inside Context.Do.
-func (s Stream) BeginCapture(mode CaptureMode) error {
-	return call(sStreamBeginCapture, func() Result { return rStreamBeginCapture(s, mode) })
-}
-
-// EndCapture ends the capture and returns the graph (the caller destroys it).
-func (s Stream) EndCapture() (Graph, error) {
-	var g Graph
-	err := call(sStreamEndCapture, func() Result { return rStreamEndCapture(s, &g) })
-	return g, err
-}
-
-// CaptureStatus reports whether s is capturing.
-func (s Stream) CaptureStatus() (CaptureStatus, error) {
-	var st CaptureStatus
-	err := call(sStreamIsCapturing, func() Result { return rStreamIsCapturing(s, &st) })
-	return st, err
-}
-
-// Instantiate makes an executable graph (flags 0).
-func (g Graph) Instantiate() (GraphExec, error) {
-	var e GraphExec
-	err := call(sGraphInstantiate, func() Result { return rGraphInstantiate(&e, g) })
-	return e, err
-}
-
-// Destroy destroys the graph.
-func (g Graph) Destroy() error {
-	if g == 0 {
-		return nil
-	}
-	return call(sGraphDestroy, func() Result { return rHandle(sGraphDestroy, uintptr(g)) })
-}
-
-// Launch enqueues the graph on s.
-func (e GraphExec) Launch(s Stream) error {
-	return call(sGraphLaunch, func() Result { return rHandle2(sGraphLaunch, uintptr(e), uintptr(s)) })
-}
-
-// Destroy destroys the executable graph.
-func (e GraphExec) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(sGraphExecDestroy, func() Result { return rHandle(sGraphExecDestroy, uintptr(e)) })
-}
-
-// Capture records what fn enqueues on s into an executable graph. It runs on
-// one locked OS thread with c current; the graph itself is destroyed after
-// instantiation. The caller destroys the returned GraphExec.
-func Capture(c Context, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
-	var exec GraphExec
-	err := c.Do(func() error {
-		if err := s.BeginCapture(mode); err != nil {
-			return err
-		}
-		ferr := fn()
-		g, err := s.EndCapture()
-		if ferr != nil {
-			_ = g.Destroy()
-			return ferr
-		}
-		if err != nil {
-			return err
-		}
-		defer g.Destroy()
-		exec, err = g.Instantiate()
-		return err
-	})
-	return exec, err
+	return call(cuLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
 }
 
 // IpcGetMemHandle exports a MemAlloc allocation to other processes.
 func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
 	var h IpcMemHandle
-	err := call(sIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
+	err := call(cuIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
 	return h, err
 }
 
@@ -571,11 +376,27 @@ func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
 // context (with lazy peer access). Close with IpcCloseMemHandle.
 func IpcOpenMemHandle(h IpcMemHandle) (DevicePtr, error) {
 	var p DevicePtr
-	err := call(sIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h) })
+	err := call(cuIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h) })
 	return p, err
 }
 
 // IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
 func IpcCloseMemHandle(p DevicePtr) error {
-	return call(sIpcCloseMemHandle, func() Result { return rIpcCloseMemHandle(p) })
+	return call(cuIpcCloseMemHandle, func() Result { return rIpcCloseMemHandle(p) })
+}
+
+// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
+func StreamCreate(flags uint32) (Stream, error) { return gpurt.StreamCreate[rt](flags) }
+
+// EventCreate creates an event (EventDefault records timing).
+func EventCreate(flags uint32) (Event, error) { return gpurt.EventCreate[rt](flags) }
+
+// ElapsedTime is the time in milliseconds between two recorded events.
+func ElapsedTime(start, end Event) (float32, error) { return gpurt.ElapsedTime(start, end) }
+
+// Capture records what fn enqueues on s into an executable graph. It runs on
+// one locked OS thread with c current; the graph itself is destroyed after
+// instantiation. The caller destroys the returned GraphExec.
+func Capture(c Context, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
+	return gpurt.Capture(c.Do, s, mode, fn)
 }

@@ -6,27 +6,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range symbols {
-		if s.api == "" || len(s.candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.api] {
-			t.Fatalf("duplicate api %s", s.api)
-		}
-		seen[s.api] = true
-		for _, c := range s.candidates {
-			if !strings.HasPrefix(c, s.api) {
-				t.Errorf("%s: candidate %s is not a variant of it", s.api, c)
-			}
-			if strings.HasSuffix(c, "_ptsz") || strings.HasSuffix(c, "_ptds") {
-				t.Errorf("%s: per-thread default stream variant %s", s.api, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(api string) string { return api }, "_ptsz", "_ptds")
 	// The versioned exports cuda.h (12.x/13.x) selects for the plain names.
 	want := map[string]string{
 		"cuMemAlloc": "cuMemAlloc_v2", "cuMemFree": "cuMemFree_v2", "cuMemGetInfo": "cuMemGetInfo_v2",
@@ -51,14 +36,14 @@ func TestSymbolTable(t *testing.T) {
 		t.Error("unknown api has a symbol")
 	}
 	// cuEventElapsedTime falls back to v1 on drivers before CUDA 12.8.
-	c := symbols[sEventElapsedTime].candidates
+	c := syms.Symbols[cuEventElapsedTime].Candidates
 	if len(c) != 2 || c[1] != "cuEventElapsedTime" {
 		t.Errorf("cuEventElapsedTime candidates %v", c)
 	}
 }
 
 func TestErrorMapping(t *testing.T) {
-	e := errorOf(sMemAlloc, ResultOutOfMemory)
+	e := errorOf(cuMemAlloc, ResultOutOfMemory)
 	var ce *Error
 	if !errors.As(e, &ce) {
 		t.Fatalf("errorOf returned %T", e)
@@ -72,7 +57,7 @@ func TestErrorMapping(t *testing.T) {
 	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
 		t.Fatal("errors.Is by code")
 	}
-	if errorOf(sMemAlloc, ResultSuccess) != nil {
+	if errorOf(cuMemAlloc, ResultSuccess) != nil {
 		t.Fatal("success mapped to an error")
 	}
 	if got := ResultName(12345); got != "CUDA_ERROR_12345" {

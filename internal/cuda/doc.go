@@ -7,12 +7,17 @@
 // # Loading
 //
 // The first call that needs the driver (Available, Init, or any wrapper)
-// opens the library, resolves every symbol of the table in symbols.go (the
+// opens the library, resolves every symbol of the list in symbols.txt (the
 // versioned variants such as cuMemAlloc_v2 that the CUDA headers would
 // select) and calls cuInit(0). The outcome, success or error, is remembered
 // for the life of the process. Symbols marked optional may be missing (older
 // drivers); calling their wrapper then returns an *Error with code
 // ResultSymbolNotFound.
+//
+// symbols.txt is the one list of the entry points and result names;
+// internal/bindgen writes symbols_gen.go from it (go generate). The stream,
+// event, module, function and graph types are internal/binding/gpurt's,
+// shared with internal/hip (the same C ABI); the rest is this package's.
 //
 // # Contexts and OS threads
 //
@@ -51,3 +56,5 @@
 // plain values; the zero Stream is the legacy default stream. Ownership is
 // the caller's: whoever creates a handle destroys it, once.
 package cuda
+
+//go:generate go run ../bindgen

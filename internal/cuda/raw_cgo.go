@@ -51,17 +51,6 @@ static int w_dtoha(uintptr_t fn, void* d, CUdeviceptr s, size_t n, uintptr_t st)
 static int w_dtoda(uintptr_t fn, CUdeviceptr d, CUdeviceptr s, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUhandle))(d, s, n, (CUhandle)st); }
 static int w_memset(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t))(d, v, n); }
 static int w_memseta(uintptr_t fn, CUdeviceptr d, unsigned char v, size_t n, uintptr_t st) { return F(CUresult(*)(CUdeviceptr, unsigned char, size_t, CUhandle))(d, v, n, (CUhandle)st); }
-static int w_create(uintptr_t fn, uintptr_t* h, unsigned flags) { return F(CUresult(*)(CUhandle*, unsigned))((CUhandle*)h, flags); }
-static int w_hhu(uintptr_t fn, uintptr_t a, uintptr_t b, unsigned f) { return F(CUresult(*)(CUhandle, CUhandle, unsigned))((CUhandle)a, (CUhandle)b, f); }
-static int w_hh(uintptr_t fn, uintptr_t a, uintptr_t b) { return F(CUresult(*)(CUhandle, CUhandle))((CUhandle)a, (CUhandle)b); }
-static int w_elapsed(uintptr_t fn, float* ms, uintptr_t a, uintptr_t b) { return F(CUresult(*)(float*, CUhandle, CUhandle))(ms, (CUhandle)a, (CUhandle)b); }
-static int w_modload(uintptr_t fn, uintptr_t* m, const void* img) { return F(CUresult(*)(CUhandle*, const void*))((CUhandle*)m, img); }
-static int w_getfn(uintptr_t fn, uintptr_t* f, uintptr_t m, const char* name) { return F(CUresult(*)(CUhandle*, CUhandle, const char*))((CUhandle*)f, (CUhandle)m, name); }
-static int w_funcattr(uintptr_t fn, int* v, int a, uintptr_t f) { return F(CUresult(*)(int*, int, CUhandle))(v, a, (CUhandle)f); }
-static int w_begincap(uintptr_t fn, uintptr_t s, int mode) { return F(CUresult(*)(CUhandle, int))((CUhandle)s, mode); }
-static int w_endcap(uintptr_t fn, uintptr_t s, uintptr_t* g) { return F(CUresult(*)(CUhandle, CUhandle*))((CUhandle)s, (CUhandle*)g); }
-static int w_iscap(uintptr_t fn, uintptr_t s, int* st) { return F(CUresult(*)(CUhandle, int*))((CUhandle)s, st); }
-static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g, unsigned long long flags) { return F(CUresult(*)(CUhandle*, CUhandle, unsigned long long))((CUhandle*)e, (CUhandle)g, flags); }
 static int w_addrrange(uintptr_t fn, CUdeviceptr* base, size_t* size, CUdeviceptr p) { return F(CUresult(*)(CUdeviceptr*, size_t*, CUdeviceptr))(base, size, p); }
 static int w_ipcget(uintptr_t fn, unsigned char* out, CUdeviceptr p) {
 	CUipcMemHandle h;
@@ -96,195 +85,130 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/detcoll/detcoll/internal/dl"
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
-var (
-	fns      [numSyms]C.uintptr_t
-	resolved [numSyms]string
-	lib      *dl.Library
-)
-
-func fn(s sym) C.uintptr_t { return fns[s] }
+func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 
 // load opens the driver, resolves the table and calls cuInit(0).
 func load() error {
-	l, err := dl.Open(LibraryEnv, LibraryNames...)
-	if err != nil {
-		return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable), Message: err.Error(), Call: "dlopen"}
+	if err := syms.Open(LibraryEnv, LibraryNames...); err != nil {
+		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
 	}
-	for i := range symbols {
-		s := &symbols[i]
-		p, name, err := l.SymAny(s.candidates...)
-		if err != nil {
-			if s.optional {
-				continue
-			}
-			return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
-				Message: fmt.Sprintf("%s lacks %s: %v", l.Path(), s.api, err), Call: "dlsym"}
-		}
-		fns[i] = C.uintptr_t(p)
-		resolved[i] = name
-	}
-	lib = l
-	if r := Result(C.w_i(fn(sInit), 0)); r != ResultSuccess {
-		return fmt.Errorf("%w: %w", ErrUnavailable, errorOf(sInit, r))
+	if r := Result(C.w_i(fn(cuInit), 0)); r != ResultSuccess {
+		return fmt.Errorf("%w: %w", ErrUnavailable, errorOf(cuInit, r))
 	}
 	return nil
 }
 
-func libraryPath() string {
-	if lib == nil {
-		return ""
-	}
-	return lib.Path()
-}
-
-func have(s sym) bool { return fns[s] != 0 }
-
-func resolvedName(s sym) string {
-	if resolved[s] != "" {
-		return resolved[s]
-	}
-	return symbols[s].candidates[0]
-}
-
 func rErrorName(r Result) (string, bool) {
-	if !have(sGetErrorName) {
+	if !syms.Have(cuGetErrorName) {
 		return "", false
 	}
 	var s *C.char
-	if C.w_errstr(fn(sGetErrorName), C.int(r), &s) != 0 || s == nil {
+	if C.w_errstr(fn(cuGetErrorName), C.int(r), &s) != 0 || s == nil {
 		return "", false
 	}
 	return C.GoString(s), true
 }
 
 func rErrorString(r Result) (string, bool) {
-	if !have(sGetErrorString) {
+	if !syms.Have(cuGetErrorString) {
 		return "", false
 	}
 	var s *C.char
-	if C.w_errstr(fn(sGetErrorString), C.int(r), &s) != 0 || s == nil {
+	if C.w_errstr(fn(cuGetErrorString), C.int(r), &s) != 0 || s == nil {
 		return "", false
 	}
 	return C.GoString(s), true
 }
 
 func rDriverGetVersion(v *int32) Result {
-	return Result(C.w_pint(fn(sDriverGetVersion), (*C.int)(unsafe.Pointer(v))))
+	return Result(C.w_pint(fn(cuDriverGetVersion), (*C.int)(unsafe.Pointer(v))))
 }
 func rDeviceGetCount(n *int32) Result {
-	return Result(C.w_pint(fn(sDeviceGetCount), (*C.int)(unsafe.Pointer(n))))
+	return Result(C.w_pint(fn(cuDeviceGetCount), (*C.int)(unsafe.Pointer(n))))
 }
 func rDeviceGet(d *Device, ord int) Result {
-	return Result(C.w_devget(fn(sDeviceGet), (*C.int)(unsafe.Pointer(d)), C.int(ord)))
+	return Result(C.w_devget(fn(cuDeviceGet), (*C.int)(unsafe.Pointer(d)), C.int(ord)))
 }
 func rDeviceGetName(buf []byte, d Device) Result {
-	return Result(C.w_devname(fn(sDeviceGetName), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
+	return Result(C.w_devname(fn(cuDeviceGetName), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
 }
 func rDeviceGetAttribute(v *int32, a DeviceAttribute, d Device) Result {
-	return Result(C.w_devattr(fn(sDeviceGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.int(d)))
+	return Result(C.w_devattr(fn(cuDeviceGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.int(d)))
 }
 func rDeviceTotalMem(b *uint64, d Device) Result {
 	var n C.size_t
-	r := Result(C.w_devmem(fn(sDeviceTotalMem), &n, C.int(d)))
+	r := Result(C.w_devmem(fn(cuDeviceTotalMem), &n, C.int(d)))
 	*b = uint64(n)
 	return r
 }
 func rDeviceGetUUID(u *[16]byte, d Device) Result {
-	return Result(C.w_devuuid(fn(sDeviceGetUUID), (*C.uchar)(unsafe.Pointer(&u[0])), C.int(d)))
+	return Result(C.w_devuuid(fn(cuDeviceGetUuid), (*C.uchar)(unsafe.Pointer(&u[0])), C.int(d)))
 }
 func rDeviceGetPCIBusID(buf []byte, d Device) Result {
-	return Result(C.w_devname(fn(sDeviceGetPCIBusID), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
+	return Result(C.w_devname(fn(cuDeviceGetPCIBusId), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
 }
 func rDeviceCanAccessPeer(c *int32, d, p Device) Result {
-	return Result(C.w_canpeer(fn(sDeviceCanAccessPeer), (*C.int)(unsafe.Pointer(c)), C.int(d), C.int(p)))
+	return Result(C.w_canpeer(fn(cuDeviceCanAccessPeer), (*C.int)(unsafe.Pointer(c)), C.int(d), C.int(p)))
 }
 func rPrimaryCtxRetain(c *Context, d Device) Result {
-	return Result(C.w_retain(fn(sDevicePrimaryCtxRetain), (*C.uintptr_t)(unsafe.Pointer(c)), C.int(d)))
+	return Result(C.w_retain(fn(cuDevicePrimaryCtxRetain), (*C.uintptr_t)(unsafe.Pointer(c)), C.int(d)))
 }
 func rPrimaryCtxRelease(d Device) Result {
-	return Result(C.w_dev(fn(sDevicePrimaryCtxRelease), C.int(d)))
+	return Result(C.w_dev(fn(cuDevicePrimaryCtxRelease), C.int(d)))
 }
-func rCtxSetCurrent(c Context) Result { return Result(C.w_h(fn(sCtxSetCurrent), C.uintptr_t(c))) }
+func rCtxSetCurrent(c Context) Result { return Result(C.w_h(fn(cuCtxSetCurrent), C.uintptr_t(c))) }
 func rCtxGetCurrent(c *Context) Result {
-	return Result(C.w_ph(fn(sCtxGetCurrent), (*C.uintptr_t)(unsafe.Pointer(c))))
+	return Result(C.w_ph(fn(cuCtxGetCurrent), (*C.uintptr_t)(unsafe.Pointer(c))))
 }
-func rCtxSynchronize() Result { return Result(C.w_void(fn(sCtxSynchronize))) }
+func rCtxSynchronize() Result { return Result(C.w_void(fn(cuCtxSynchronize))) }
 func rCtxEnablePeerAccess(peer Context) Result {
-	return Result(C.w_hu(fn(sCtxEnablePeerAccess), C.uintptr_t(peer), 0))
+	return Result(C.w_hu(fn(cuCtxEnablePeerAccess), C.uintptr_t(peer), 0))
 }
 func rMemGetInfo(free, total *uint64) Result {
 	var f, t C.size_t
-	r := Result(C.w_meminfo(fn(sMemGetInfo), &f, &t))
+	r := Result(C.w_meminfo(fn(cuMemGetInfo), &f, &t))
 	*free, *total = uint64(f), uint64(t)
 	return r
 }
 func rMemAlloc(p *DevicePtr, n int) Result {
-	return Result(C.w_alloc(fn(sMemAlloc), (*C.CUdeviceptr)(unsafe.Pointer(p)), C.size_t(n)))
+	return Result(C.w_alloc(fn(cuMemAlloc), (*C.CUdeviceptr)(unsafe.Pointer(p)), C.size_t(n)))
 }
-func rMemFree(p DevicePtr) Result { return Result(C.w_dptr(fn(sMemFree), C.CUdeviceptr(p))) }
+func rMemFree(p DevicePtr) Result { return Result(C.w_dptr(fn(cuMemFree), C.CUdeviceptr(p))) }
 func rMemAllocHost(h *HostMem, n int) Result {
 	var p unsafe.Pointer
-	r := Result(C.w_allochost(fn(sMemAllocHost), &p, C.size_t(n)))
+	r := Result(C.w_allochost(fn(cuMemAllocHost), &p, C.size_t(n)))
 	if r == ResultSuccess {
 		*h = HostMem{p: p, n: n}
 	}
 	return r
 }
-func rMemFreeHost(h HostMem) Result { return Result(C.w_freehost(fn(sMemFreeHost), h.p)) }
+func rMemFreeHost(h HostMem) Result { return Result(C.w_freehost(fn(cuMemFreeHost), h.p)) }
 func rMemcpyHtoD(dst DevicePtr, src []byte) Result {
-	return Result(C.w_htod(fn(sMemcpyHtoD), C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
+	return Result(C.w_htod(fn(cuMemcpyHtoD), C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
 }
 func rMemcpyDtoH(dst []byte, src DevicePtr) Result {
-	return Result(C.w_dtoh(fn(sMemcpyDtoH), unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
+	return Result(C.w_dtoh(fn(cuMemcpyDtoH), unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
 }
 func rMemcpyDtoD(dst, src DevicePtr, n int) Result {
-	return Result(C.w_dtod(fn(sMemcpyDtoD), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))
+	return Result(C.w_dtod(fn(cuMemcpyDtoD), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n)))
 }
 func rMemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) Result {
-	return Result(C.w_htoda(fn(sMemcpyHtoDAsync), C.CUdeviceptr(dst), unsafe.Add(src.p, off), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_htoda(fn(cuMemcpyHtoDAsync), C.CUdeviceptr(dst), unsafe.Add(src.p, off), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) Result {
-	return Result(C.w_dtoha(fn(sMemcpyDtoHAsync), unsafe.Add(dst.p, off), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_dtoha(fn(cuMemcpyDtoHAsync), unsafe.Add(dst.p, off), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) Result {
-	return Result(C.w_dtoda(fn(sMemcpyDtoDAsync), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_dtoda(fn(cuMemcpyDtoDAsync), C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemsetD8(dst DevicePtr, v byte, n int) Result {
-	return Result(C.w_memset(fn(sMemsetD8), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n)))
+	return Result(C.w_memset(fn(cuMemsetD8), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n)))
 }
 func rMemsetD8Async(dst DevicePtr, v byte, n int, s Stream) Result {
-	return Result(C.w_memseta(fn(sMemsetD8Async), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
-}
-func rCreate(s sym, h *uintptr, flags uint32) Result {
-	return Result(C.w_create(fn(s), (*C.uintptr_t)(unsafe.Pointer(h)), C.uint(flags)))
-}
-func rHandle(s sym, h uintptr) Result { return Result(C.w_h(fn(s), C.uintptr_t(h))) }
-func rHandle2(s sym, a, b uintptr) Result {
-	return Result(C.w_hh(fn(s), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rStreamWaitEvent(st Stream, e Event) Result {
-	return Result(C.w_hhu(fn(sStreamWaitEvent), C.uintptr_t(st), C.uintptr_t(e), 0))
-}
-func rEventElapsedTime(ms *float32, a, b Event) Result {
-	return Result(C.w_elapsed(fn(sEventElapsedTime), (*C.float)(unsafe.Pointer(ms)), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rModuleLoadData(m *Module, image []byte) Result {
-	// The driver parses the image during the call; copy it to C memory so
-	// that nothing depends on Go memory semantics.
-	p := C.CBytes(image)
-	defer C.free(p)
-	return Result(C.w_modload(fn(sModuleLoadData), (*C.uintptr_t)(unsafe.Pointer(m)), p))
-}
-func rModuleGetFunction(f *Function, m Module, name string) Result {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	return Result(C.w_getfn(fn(sModuleGetFunction), (*C.uintptr_t)(unsafe.Pointer(f)), C.uintptr_t(m), cs))
-}
-func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
-	return Result(C.w_funcattr(fn(sFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
+	return Result(C.w_memseta(fn(cuMemsetD8Async), C.CUdeviceptr(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
 }
 func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
 	buf, offs := a.Layout()
@@ -296,36 +220,24 @@ func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args
 	if len(offs) > 0 {
 		po = (*C.int)(unsafe.Pointer(&offs[0]))
 	}
-	return Result(C.w_launch(fn(sLaunchKernel), C.uintptr_t(f),
+	return Result(C.w_launch(fn(cuLaunchKernel), C.uintptr_t(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
 		C.uint(shmem), C.uintptr_t(s), pb, C.int(len(buf)), po, C.int(len(offs))))
 }
-func rStreamBeginCapture(s Stream, mode CaptureMode) Result {
-	return Result(C.w_begincap(fn(sStreamBeginCapture), C.uintptr_t(s), C.int(mode)))
-}
-func rStreamEndCapture(s Stream, g *Graph) Result {
-	return Result(C.w_endcap(fn(sStreamEndCapture), C.uintptr_t(s), (*C.uintptr_t)(unsafe.Pointer(g))))
-}
-func rStreamIsCapturing(s Stream, st *CaptureStatus) Result {
-	return Result(C.w_iscap(fn(sStreamIsCapturing), C.uintptr_t(s), (*C.int)(unsafe.Pointer(st))))
-}
-func rGraphInstantiate(e *GraphExec, g Graph) Result {
-	return Result(C.w_instantiate(fn(sGraphInstantiate), (*C.uintptr_t)(unsafe.Pointer(e)), C.uintptr_t(g), 0))
-}
 func rIpcGetMemHandle(h *IpcMemHandle, p DevicePtr) Result {
-	return Result(C.w_ipcget(fn(sIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.CUdeviceptr(p)))
+	return Result(C.w_ipcget(fn(cuIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.CUdeviceptr(p)))
 }
 func rIpcOpenMemHandle(p *DevicePtr, h *IpcMemHandle) Result {
 	const lazyEnablePeerAccess = 1 // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-	return Result(C.w_ipcopen(fn(sIpcOpenMemHandle), (*C.CUdeviceptr)(unsafe.Pointer(p)), (*C.uchar)(unsafe.Pointer(&h[0])), lazyEnablePeerAccess))
+	return Result(C.w_ipcopen(fn(cuIpcOpenMemHandle), (*C.CUdeviceptr)(unsafe.Pointer(p)), (*C.uchar)(unsafe.Pointer(&h[0])), lazyEnablePeerAccess))
 }
 func rIpcCloseMemHandle(p DevicePtr) Result {
-	return Result(C.w_dptr(fn(sIpcCloseMemHandle), C.CUdeviceptr(p)))
+	return Result(C.w_dptr(fn(cuIpcCloseMemHandle), C.CUdeviceptr(p)))
 }
 func rMemGetAddressRange(base *DevicePtr, size *uint64, p DevicePtr) Result {
 	var b C.CUdeviceptr
 	var n C.size_t
-	r := Result(C.w_addrrange(fn(sMemGetAddressRange), &b, &n, C.CUdeviceptr(p)))
+	r := Result(C.w_addrrange(fn(cuMemGetAddressRange), &b, &n, C.CUdeviceptr(p)))
 	*base, *size = DevicePtr(b), uint64(n)
 	return r
 }

@@ -10,9 +10,6 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string              { return "" }
-func have(s sym) bool                  { return false }
-func resolvedName(s sym) string        { return symbols[s].candidates[0] }
 func rErrorName(Result) (string, bool) { return "", false }
 func rErrorString(Result) (string, bool) {
 	return "", false
@@ -48,19 +45,7 @@ func rMemcpyDtoHAsync(HostMem, int, DevicePtr, int, Stream) Result     { return 
 func rMemcpyDtoDAsync(_, _ DevicePtr, _ int, _ Stream) Result          { return u }
 func rMemsetD8(DevicePtr, byte, int) Result                            { return u }
 func rMemsetD8Async(DevicePtr, byte, int, Stream) Result               { return u }
-func rCreate(sym, *uintptr, uint32) Result                             { return u }
-func rHandle(sym, uintptr) Result                                      { return u }
-func rHandle2(sym, uintptr, uintptr) Result                            { return u }
-func rStreamWaitEvent(Stream, Event) Result                            { return u }
-func rEventElapsedTime(*float32, Event, Event) Result                  { return u }
-func rModuleLoadData(*Module, []byte) Result                           { return u }
-func rModuleGetFunction(*Function, Module, string) Result              { return u }
-func rFuncGetAttribute(*int32, FunctionAttribute, Function) Result     { return u }
 func rLaunchKernel(Function, Dim3, Dim3, uint32, Stream, *Args) Result { return u }
-func rStreamBeginCapture(Stream, CaptureMode) Result                   { return u }
-func rStreamEndCapture(Stream, *Graph) Result                          { return u }
-func rStreamIsCapturing(Stream, *CaptureStatus) Result                 { return u }
-func rGraphInstantiate(*GraphExec, Graph) Result                       { return u }
 func rIpcGetMemHandle(*IpcMemHandle, DevicePtr) Result                 { return u }
 func rIpcOpenMemHandle(*DevicePtr, *IpcMemHandle) Result               { return u }
 func rIpcCloseMemHandle(DevicePtr) Result                              { return u }

@@ -2,10 +2,11 @@ package cuda
 
 import (
 	"errors"
-	"fmt"
 	"unsafe"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
@@ -39,82 +40,18 @@ const (
 	ResultUnavailable    Result = -2
 )
 
-var resultNames = map[Result]string{
-	0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-	3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 5: "CUDA_ERROR_PROFILER_DISABLED",
-	34: "CUDA_ERROR_STUB_LIBRARY", 46: "CUDA_ERROR_DEVICE_UNAVAILABLE",
-	100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE", 102: "CUDA_ERROR_DEVICE_NOT_LICENSED",
-	200: "CUDA_ERROR_INVALID_IMAGE", 201: "CUDA_ERROR_INVALID_CONTEXT", 202: "CUDA_ERROR_CONTEXT_ALREADY_CURRENT",
-	205: "CUDA_ERROR_MAP_FAILED", 206: "CUDA_ERROR_UNMAP_FAILED", 207: "CUDA_ERROR_ARRAY_IS_MAPPED",
-	208: "CUDA_ERROR_ALREADY_MAPPED", 209: "CUDA_ERROR_NO_BINARY_FOR_GPU", 210: "CUDA_ERROR_ALREADY_ACQUIRED",
-	211: "CUDA_ERROR_NOT_MAPPED", 212: "CUDA_ERROR_NOT_MAPPED_AS_ARRAY", 213: "CUDA_ERROR_NOT_MAPPED_AS_POINTER",
-	214: "CUDA_ERROR_ECC_UNCORRECTABLE", 215: "CUDA_ERROR_UNSUPPORTED_LIMIT", 216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
-	217: "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", 218: "CUDA_ERROR_INVALID_PTX", 219: "CUDA_ERROR_INVALID_GRAPHICS_CONTEXT",
-	220: "CUDA_ERROR_NVLINK_UNCORRECTABLE", 221: "CUDA_ERROR_JIT_COMPILER_NOT_FOUND", 222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
-	223: "CUDA_ERROR_JIT_COMPILATION_DISABLED", 224: "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY",
-	300: "CUDA_ERROR_INVALID_SOURCE", 301: "CUDA_ERROR_FILE_NOT_FOUND", 302: "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
-	303: "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-	400: "CUDA_ERROR_INVALID_HANDLE", 401: "CUDA_ERROR_ILLEGAL_STATE", 402: "CUDA_ERROR_LOSSY_QUERY",
-	500: "CUDA_ERROR_NOT_FOUND", 600: "CUDA_ERROR_NOT_READY",
-	700: "CUDA_ERROR_ILLEGAL_ADDRESS", 701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", 702: "CUDA_ERROR_LAUNCH_TIMEOUT",
-	703: "CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING", 704: "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
-	705: "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", 708: "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", 709: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-	710: "CUDA_ERROR_ASSERT", 711: "CUDA_ERROR_TOO_MANY_PEERS", 712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
-	713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", 714: "CUDA_ERROR_HARDWARE_STACK_ERROR", 715: "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-	716: "CUDA_ERROR_MISALIGNED_ADDRESS", 717: "CUDA_ERROR_INVALID_ADDRESS_SPACE", 718: "CUDA_ERROR_INVALID_PC",
-	719: "CUDA_ERROR_LAUNCH_FAILED", 720: "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
-	800: "CUDA_ERROR_NOT_PERMITTED", 801: "CUDA_ERROR_NOT_SUPPORTED", 802: "CUDA_ERROR_SYSTEM_NOT_READY",
-	803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-	900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", 901: "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
-	902: "CUDA_ERROR_STREAM_CAPTURE_MERGE", 903: "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
-	904: "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", 905: "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
-	906: "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", 907: "CUDA_ERROR_CAPTURED_EVENT",
-	908: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", 909: "CUDA_ERROR_TIMEOUT", 910: "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
-	999: "CUDA_ERROR_UNKNOWN",
-	-1:  "DETCOLL_SYMBOL_NOT_FOUND", -2: "DETCOLL_CUDA_UNAVAILABLE",
-}
-
 // ResultName is the CUDA_ERROR_* name of a code from the built-in table
 // (used when cuGetErrorName is unavailable), or "CUDA_ERROR_<n>".
 func ResultName(r Result) string {
-	if n, ok := resultNames[r]; ok {
-		return n
-	}
-	return fmt.Sprintf("CUDA_ERROR_%d", int32(r))
+	return binding.Name(resultNames, resultFallback, r)
 }
 
-// Error is a failed driver call.
-type Error struct {
-	Code    Result
-	Name    string // e.g. CUDA_ERROR_OUT_OF_MEMORY
-	Message string // the driver's description, when known
-	Call    string // the symbol called, e.g. cuMemAlloc_v2
-}
-
-func (e *Error) Error() string {
-	s := "cuda: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	return s
-}
-
-// Is reports whether target is an *Error with the same code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	if errors.As(target, &t) {
-		return t.Code == e.Code
-	}
-	return false
-}
-
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == ResultUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
+// Error is a failed driver call: Code, Name (the library's name of the code),
+// Message (its description, when known) and Call (the exported symbol
+// called). Its message starts "cuda: "; errors.Is matches it by code, and a
+// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// internal/binding's error type, instantiated for this binding.
+type Error = binding.Error[Result, vendor]
 
 // ErrUnavailable is wrapped by every error that means "no usable CUDA
 // driver here": library missing, built without cgo, cuInit failed.
@@ -130,22 +67,22 @@ type Context uintptr
 type DevicePtr = devrt.Ptr // shared with internal/hip through gpu/devrt
 
 // Stream is a CUstream; the zero value is the legacy default stream.
-type Stream uintptr
+type Stream = gpurt.Stream[rt]
 
 // Event is a CUevent.
-type Event uintptr
+type Event = gpurt.Event[rt]
 
 // Module is a CUmodule.
-type Module uintptr
+type Module = gpurt.Module[rt]
 
 // Function is a CUfunction.
-type Function uintptr
+type Function = gpurt.Function[rt]
 
 // Graph is a CUgraph.
-type Graph uintptr
+type Graph = gpurt.Graph[rt]
 
 // GraphExec is a CUgraphExec.
-type GraphExec uintptr
+type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a CUipcMemHandle (CU_IPC_HANDLE_SIZE = 64 bytes).
 type IpcMemHandle [64]byte
@@ -192,7 +129,7 @@ const (
 )
 
 // FunctionAttribute is a CUfunction_attribute.
-type FunctionAttribute int32
+type FunctionAttribute = gpurt.FunctionAttribute
 
 // Function attributes (for reports: registers, spills).
 const (
@@ -217,7 +154,7 @@ const (
 )
 
 // CaptureMode is a CUstreamCaptureMode.
-type CaptureMode int32
+type CaptureMode = gpurt.CaptureMode
 
 const (
 	CaptureGlobal      CaptureMode = 0
@@ -226,7 +163,7 @@ const (
 )
 
 // CaptureStatus is a CUstreamCaptureStatus.
-type CaptureStatus int32
+type CaptureStatus = gpurt.CaptureStatus
 
 const (
 	CaptureNone        CaptureStatus = 0
@@ -253,3 +190,6 @@ type Args = kparams.Args[vendor, DevicePtr]
 type vendor struct{}
 
 func (vendor) Name() string { return "cuda" }
+
+// Unavailable is the error load failures wrap.
+func (vendor) Unavailable() error { return ErrUnavailable }

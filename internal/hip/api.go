@@ -4,21 +4,18 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 var (
-	loadOnce sync.Once
-	loadErr  error
 	initOnce sync.Once
 	initErr  error
 )
 
 // Load opens the runtime library and resolves its symbols, once per
 // process; it needs no GPU. Later calls return the first outcome.
-func Load() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Load() error { return syms.Load(load) }
 
 // Init loads the runtime and calls hipInit(0), once per process; later
 // calls return the first outcome. Every wrapper that needs a device calls
@@ -29,7 +26,7 @@ func Init() error {
 			return
 		}
 		if r := rInit(); r != ResultSuccess {
-			initErr = fmt.Errorf("%w: %w", ErrUnavailable, errorOf(sInit, r))
+			initErr = fmt.Errorf("%w: %w", ErrUnavailable, errorOf(hipInit, r))
 		}
 	})
 	return initErr
@@ -40,24 +37,14 @@ func Init() error {
 func Available() error { return Init() }
 
 // LibraryPath is the runtime library that was loaded ("" when Load failed).
-func LibraryPath() string {
-	if Load() != nil {
-		return ""
-	}
-	return libraryPath()
-}
+func LibraryPath() string { return syms.LoadedPath(Load) }
 
 // SymbolName is the exported symbol bound for a documented API name (e.g.
 // "hipGetDeviceProperties" → "hipGetDevicePropertiesR0600" on ROCm 6): the
 // one loaded when the library is loaded and exports one, else the preferred
 // candidate; "" for an unknown name.
 func SymbolName(api string) string {
-	for i := range symbols {
-		if symbols[i].api == api {
-			return resolvedName(sym(i))
-		}
-	}
-	return ""
+	return syms.SymbolName(api)
 }
 
 // errorOf turns a hipError_t from symbol s into an *Error (nil on success).
@@ -65,9 +52,9 @@ func errorOf(s sym, r Result) error {
 	if r == ResultSuccess {
 		return nil
 	}
-	e := &Error{Code: r, Call: resolvedName(s)}
+	e := &Error{Code: r, Call: syms.Resolved(s)}
 	if r == ResultSymbolNotFound {
-		e.Message = "the loaded HIP runtime does not export " + symbols[s].api
+		e.Message = "the loaded HIP runtime does not export " + syms.API(s)
 	}
 	e.Name = ResultName(r)
 	if r >= 0 {
@@ -85,9 +72,6 @@ func errorOf(s sym, r Result) error {
 	return e
 }
 
-// have reports whether the library exports s (false before Load).
-func have(s sym) bool { return haveSym(s) }
-
 // call is the common prologue of device calls: init, check an optional
 // symbol, map the result.
 func call(s sym, f func() Result) error {
@@ -99,7 +83,7 @@ func call(s sym, f func() Result) error {
 
 // callLoaded is call for entry points that work without a device.
 func callLoaded(s sym, f func() Result) error {
-	if !have(s) {
+	if !syms.Have(s) {
 		return errorOf(s, ResultSymbolNotFound)
 	}
 	return errorOf(s, f())
@@ -112,7 +96,7 @@ func RuntimeVersion() (int, error) {
 		return 0, err
 	}
 	var v int32
-	err := callLoaded(sRuntimeGetVersion, func() Result { return rPint(sRuntimeGetVersion, &v) })
+	err := callLoaded(hipRuntimeGetVersion, func() Result { return rPint(hipRuntimeGetVersion, &v) })
 	return int(v), err
 }
 
@@ -122,7 +106,7 @@ func DriverVersion() (int, error) {
 		return 0, err
 	}
 	var v int32
-	err := callLoaded(sDriverGetVersion, func() Result { return rPint(sDriverGetVersion, &v) })
+	err := callLoaded(hipDriverGetVersion, func() Result { return rPint(hipDriverGetVersion, &v) })
 	return int(v), err
 }
 
@@ -138,21 +122,21 @@ func VersionMajor(v int) int { return v / 10000000 }
 // ROCR_VISIBLE_DEVICES apply).
 func DeviceCount() (int, error) {
 	var n int32
-	err := call(sGetDeviceCount, func() Result { return rPint(sGetDeviceCount, &n) })
+	err := call(hipGetDeviceCount, func() Result { return rPint(hipGetDeviceCount, &n) })
 	return int(n), err
 }
 
 // CurrentDevice is the device current on the calling OS thread.
 func CurrentDevice() (Device, error) {
 	var n int32
-	err := call(sGetDevice, func() Result { return rPint(sGetDevice, &n) })
+	err := call(hipGetDevice, func() Result { return rPint(hipGetDevice, &n) })
 	return Device(n), err
 }
 
 // SetCurrent makes d current on the calling OS thread (hipSetDevice). Only
 // meaningful while the goroutine is locked to its thread (see Bind and Do).
 func (d Device) SetCurrent() error {
-	return call(sSetDevice, func() Result { return rInt(sSetDevice, int32(d)) })
+	return call(hipSetDevice, func() Result { return rInt(hipSetDevice, int32(d)) })
 }
 
 // Bind locks the calling goroutine to its OS thread and makes d current
@@ -181,7 +165,7 @@ func (d Device) Do(fn func() error) error {
 // Name is the marketing name, e.g. "AMD Instinct MI300X".
 func (d Device) Name() (string, error) {
 	buf := make([]byte, nameLen)
-	if err := call(sDeviceGetName, func() Result { return rDeviceGetString(sDeviceGetName, buf, d) }); err != nil {
+	if err := call(hipDeviceGetName, func() Result { return rDeviceGetString(hipDeviceGetName, buf, d) }); err != nil {
 		return "", err
 	}
 	return cString(buf), nil
@@ -190,7 +174,7 @@ func (d Device) Name() (string, error) {
 // Attribute reads one device attribute.
 func (d Device) Attribute(a DeviceAttribute) (int, error) {
 	var v int32
-	err := call(sDeviceGetAttribute, func() Result { return rDeviceGetAttribute(&v, a, d) })
+	err := call(hipDeviceGetAttribute, func() Result { return rDeviceGetAttribute(&v, a, d) })
 	return int(v), err
 }
 
@@ -200,14 +184,14 @@ func (d Device) WarpSize() (int, error) { return d.Attribute(AttrWarpSize) }
 // TotalMem is the device memory in bytes.
 func (d Device) TotalMem() (uint64, error) {
 	var b uint64
-	err := call(sDeviceTotalMem, func() Result { return rDeviceTotalMem(&b, d) })
+	err := call(hipDeviceTotalMem, func() Result { return rDeviceTotalMem(&b, d) })
 	return b, err
 }
 
 // PCIBusID is the PCI address, e.g. "0000:0c:00.0".
 func (d Device) PCIBusID() (string, error) {
 	buf := make([]byte, 64)
-	if err := call(sDeviceGetPCIBusID, func() Result { return rDeviceGetString(sDeviceGetPCIBusID, buf, d) }); err != nil {
+	if err := call(hipDeviceGetPCIBusId, func() Result { return rDeviceGetString(hipDeviceGetPCIBusId, buf, d) }); err != nil {
 		return "", err
 	}
 	return cString(buf), nil
@@ -216,14 +200,14 @@ func (d Device) PCIBusID() (string, error) {
 // CanAccessPeer reports whether d can map peer's memory.
 func (d Device) CanAccessPeer(peer Device) (bool, error) {
 	var c int32
-	err := call(sDeviceCanAccessPeer, func() Result { return rDeviceCanAccessPeer(&c, d, peer) })
+	err := call(hipDeviceCanAccessPeer, func() Result { return rDeviceCanAccessPeer(&c, d, peer) })
 	return c != 0, err
 }
 
 // EnablePeerAccess lets the current device access peer's memory. An
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Device) error {
-	err := call(sDeviceEnablePeerAccess, func() Result { return rDeviceEnablePeerAccess(peer) })
+	err := call(hipDeviceEnablePeerAccess, func() Result { return rDeviceEnablePeerAccess(peer) })
 	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
 		return nil
 	}
@@ -242,20 +226,20 @@ func (d Device) Properties() (DeviceProps, error) {
 		warp = -1
 	}
 	buf := make([]byte, propBufferSize)
-	if err := call(sGetDeviceProperties, func() Result { return rGetDeviceProperties(buf, d) }); err != nil {
+	if err := call(hipGetDeviceProperties, func() Result { return rGetDeviceProperties(buf, d) }); err != nil {
 		return DeviceProps{}, err
 	}
-	return parseProps(buf, resolvedName(sGetDeviceProperties), name, warp)
+	return parseProps(buf, syms.Resolved(hipGetDeviceProperties), name, warp)
 }
 
 // DeviceSynchronize waits for all work of the current device.
 func DeviceSynchronize() error {
-	return call(sDeviceSynchronize, func() Result { return rVoid(sDeviceSynchronize) })
+	return call(hipDeviceSynchronize, func() Result { return rVoid(hipDeviceSynchronize) })
 }
 
 // MemGetInfo returns free and total memory of the current device.
 func MemGetInfo() (free, total uint64, err error) {
-	err = call(sMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
+	err = call(hipMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
 	return free, total, err
 }
 
@@ -277,7 +261,7 @@ func MemAlloc(n int) (DevicePtr, error) {
 		return 0, err
 	}
 	var p DevicePtr
-	err := call(sMalloc, func() Result { return rMalloc(&p, n) })
+	err := call(hipMalloc, func() Result { return rMalloc(&p, n) })
 	return p, err
 }
 
@@ -286,13 +270,13 @@ func MemFree(p DevicePtr) error {
 	if p == 0 {
 		return nil
 	}
-	return call(sFree, func() Result { return rPtr(sFree, p) })
+	return call(hipFree, func() Result { return rPtr(hipFree, p) })
 }
 
 // MemGetAddressRange returns the base and size of the allocation that
 // contains p.
 func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
-	err = call(sMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
+	err = call(hipMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
 	return base, size, err
 }
 
@@ -303,7 +287,7 @@ func MemAllocHost(n int) (HostMem, error) {
 		return HostMem{}, err
 	}
 	var h HostMem
-	err := call(sHostMalloc, func() Result { return rHostMalloc(&h, n) })
+	err := call(hipHostMalloc, func() Result { return rHostMalloc(&h, n) })
 	return h, err
 }
 
@@ -312,7 +296,7 @@ func MemFreeHost(h HostMem) error {
 	if h.p == nil {
 		return nil
 	}
-	return call(sHostFree, func() Result { return rHostFree(h) })
+	return call(hipHostFree, func() Result { return rHostFree(h) })
 }
 
 // MemcpyHtoD copies src to device memory, synchronously.
@@ -320,7 +304,7 @@ func MemcpyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return call(sMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
+	return call(hipMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
 }
 
 // MemcpyDtoH copies device memory into dst, synchronously.
@@ -328,7 +312,7 @@ func MemcpyDtoH(dst []byte, src DevicePtr) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return call(sMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
+	return call(hipMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
 }
 
 // MemcpyDtoD copies n bytes between device buffers.
@@ -336,7 +320,7 @@ func MemcpyDtoD(dst, src DevicePtr, n int) error {
 	if err := checkSize("hipMemcpyDtoD", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
+	return call(hipMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
 }
 
 func checkHost(callName string, h HostMem, off, n int) error {
@@ -351,7 +335,7 @@ func MemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) error {
 	if err := checkHost("hipMemcpyHtoDAsync", src, off, n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
+	return call(hipMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
 }
 
 // MemcpyDtoHAsync enqueues a copy of n bytes from src into dst[off:] on s.
@@ -359,7 +343,7 @@ func MemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) error
 	if err := checkHost("hipMemcpyDtoHAsync", dst, off, n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
+	return call(hipMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
 }
 
 // MemcpyDtoDAsync enqueues a device-to-device copy on s.
@@ -367,7 +351,7 @@ func MemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) error {
 	if err := checkSize("hipMemcpyDtoDAsync", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
+	return call(hipMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
 }
 
 // MemsetD8 sets n bytes to v, synchronously.
@@ -375,7 +359,7 @@ func MemsetD8(dst DevicePtr, v byte, n int) error {
 	if err := checkSize("hipMemsetD8", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
+	return call(hipMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
 }
 
 // MemsetD8Async enqueues a byte fill on s.
@@ -383,82 +367,7 @@ func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
 	if err := checkSize("hipMemsetD8Async", n); err != nil || n == 0 {
 		return err
 	}
-	return call(sMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
-}
-
-// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
-func StreamCreate(flags uint32) (Stream, error) {
-	var h uintptr
-	err := call(sStreamCreateWithFlags, func() Result { return rCreate(sStreamCreateWithFlags, &h, flags) })
-	return Stream(h), err
-}
-
-// Destroy destroys the stream (the null stream is not destroyed).
-func (s Stream) Destroy() error {
-	if s == 0 {
-		return nil
-	}
-	return call(sStreamDestroy, func() Result { return rHandle(sStreamDestroy, uintptr(s)) })
-}
-
-// Synchronize waits for all work queued on s.
-func (s Stream) Synchronize() error {
-	return call(sStreamSynchronize, func() Result { return rHandle(sStreamSynchronize, uintptr(s)) })
-}
-
-// Query reports whether all work on s has completed.
-func (s Stream) Query() (bool, error) {
-	err := call(sStreamQuery, func() Result { return rHandle(sStreamQuery, uintptr(s)) })
-	if e, ok := err.(*Error); ok && e.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// WaitEvent makes future work on s wait for e.
-func (s Stream) WaitEvent(e Event) error {
-	return call(sStreamWaitEvent, func() Result { return rHandle2u(sStreamWaitEvent, uintptr(s), uintptr(e), 0) })
-}
-
-// EventCreate creates an event (EventDefault records timing).
-func EventCreate(flags uint32) (Event, error) {
-	var h uintptr
-	err := call(sEventCreateWithFlags, func() Result { return rCreate(sEventCreateWithFlags, &h, flags) })
-	return Event(h), err
-}
-
-// Record enqueues e on s.
-func (e Event) Record(s Stream) error {
-	return call(sEventRecord, func() Result { return rHandle2(sEventRecord, uintptr(e), uintptr(s)) })
-}
-
-// Synchronize waits for e.
-func (e Event) Synchronize() error {
-	return call(sEventSynchronize, func() Result { return rHandle(sEventSynchronize, uintptr(e)) })
-}
-
-// Query reports whether e has completed.
-func (e Event) Query() (bool, error) {
-	err := call(sEventQuery, func() Result { return rHandle(sEventQuery, uintptr(e)) })
-	if x, ok := err.(*Error); ok && x.Code == ResultNotReady {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// Destroy destroys the event.
-func (e Event) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(sEventDestroy, func() Result { return rHandle(sEventDestroy, uintptr(e)) })
-}
-
-// ElapsedTime is the time in milliseconds between two recorded events.
-func ElapsedTime(start, end Event) (float32, error) {
-	var ms float32
-	err := call(sEventElapsedTime, func() Result { return rEventElapsedTime(&ms, start, end) })
-	return ms, err
+	return call(hipMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
 }
 
 // ModuleLoadData loads a code object (from hiprtc) on the current device.
@@ -466,34 +375,7 @@ func ModuleLoadData(image []byte) (Module, error) {
 	if len(image) == 0 {
 		return 0, invalid("hipModuleLoadData", "empty module image")
 	}
-	var m Module
-	err := call(sModuleLoadData, func() Result { return rModuleLoadData(&m, image) })
-	return m, err
-}
-
-// Unload unloads the module.
-func (m Module) Unload() error {
-	if m == 0 {
-		return nil
-	}
-	return call(sModuleUnload, func() Result { return rHandle(sModuleUnload, uintptr(m)) })
-}
-
-// Function looks up a kernel by its (extern "C") name.
-func (m Module) Function(name string) (Function, error) {
-	var f Function
-	err := call(sModuleGetFunction, func() Result { return rModuleGetFunction(&f, m, name) })
-	if e, ok := err.(*Error); ok {
-		e.Message += " (kernel " + name + ")"
-	}
-	return f, err
-}
-
-// Attribute reads a function attribute (registers, local memory …).
-func (f Function) Attribute(a FunctionAttribute) (int, error) {
-	var v int32
-	err := call(sFuncGetAttribute, func() Result { return rFuncGetAttribute(&v, a, f) })
-	return int(v), err
+	return gpurt.ModuleLoadData[rt](image)
 }
 
 // LaunchKernel enqueues f on s with the parameters laid out in args.
@@ -507,86 +389,14 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args
 	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
 		return invalid("hipModuleLaunchKernel", "empty launch grid %v block %v", grid, block)
 	}
-	return call(sModuleLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// BeginCapture starts capturing s into a graph.
-func (s Stream) BeginCapture(mode CaptureMode) error {
-	return call(sStreamBeginCapture, func() Result { return rHandleInt(sStreamBeginCapture, uintptr(s), int32(mode)) })
-}
-
-// EndCapture ends the capture and returns the graph (the caller destroys it).
-func (s Stream) EndCapture() (Graph, error) {
-	var g uintptr
-	err := call(sStreamEndCapture, func() Result { return rHandleOut(sStreamEndCapture, uintptr(s), &g) })
-	return Graph(g), err
-}
-
-// CaptureStatus reports whether s is capturing.
-func (s Stream) CaptureStatus() (CaptureStatus, error) {
-	var st int32
-	err := call(sStreamIsCapturing, func() Result { return rHandlePint(sStreamIsCapturing, uintptr(s), &st) })
-	return CaptureStatus(st), err
-}
-
-// Instantiate makes an executable graph (flags 0).
-func (g Graph) Instantiate() (GraphExec, error) {
-	var e uintptr
-	err := call(sGraphInstantiate, func() Result { return rGraphInstantiate(&e, uintptr(g)) })
-	return GraphExec(e), err
-}
-
-// Destroy destroys the graph.
-func (g Graph) Destroy() error {
-	if g == 0 {
-		return nil
-	}
-	return call(sGraphDestroy, func() Result { return rHandle(sGraphDestroy, uintptr(g)) })
-}
-
-// Launch enqueues the graph on s.
-func (e GraphExec) Launch(s Stream) error {
-	return call(sGraphLaunch, func() Result { return rHandle2(sGraphLaunch, uintptr(e), uintptr(s)) })
-}
-
-// Destroy destroys the executable graph.
-func (e GraphExec) Destroy() error {
-	if e == 0 {
-		return nil
-	}
-	return call(sGraphExecDestroy, func() Result { return rHandle(sGraphExecDestroy, uintptr(e)) })
-}
-
-// Capture records what fn enqueues on s into an executable graph, on one
-// locked OS thread with d current; the graph itself is destroyed after
-// instantiation. The caller destroys the returned GraphExec.
-func Capture(d Device, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
-	var exec GraphExec
-	err := d.Do(func() error {
-		if err := s.BeginCapture(mode); err != nil {
-			return err
-		}
-		ferr := fn()
-		g, err := s.EndCapture()
-		if ferr != nil {
-			_ = g.Destroy()
-			return ferr
-		}
-		if err != nil {
-			return err
-		}
-		defer g.Destroy()
-		exec, err = g.Instantiate()
-		return err
-	})
-	return exec, err
+	return call(hipModuleLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
 }
 
 // IpcGetMemHandle exports the allocation that contains p (on the current
 // device) for another process (hipIpcGetMemHandle).
 func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
 	var h IpcMemHandle
-	err := call(sIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
+	err := call(hipIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
 	return h, err
 }
 
@@ -595,20 +405,20 @@ func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
 // Close it with IpcCloseMemHandle before the exporter frees it.
 func IpcOpenMemHandle(h IpcMemHandle) (DevicePtr, error) {
 	var p DevicePtr
-	err := call(sIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h, IpcMemLazyEnablePeerAccess) })
+	err := call(hipIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h, IpcMemLazyEnablePeerAccess) })
 	return p, err
 }
 
 // IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
 func IpcCloseMemHandle(p DevicePtr) error {
-	return call(sIpcCloseMemHandle, func() Result { return rPtr(sIpcCloseMemHandle, p) })
+	return call(hipIpcCloseMemHandle, func() Result { return rPtr(hipIpcCloseMemHandle, p) })
 }
 
 // IpcGetEventHandle exports an event created with EventInterprocess (and
 // EventDisableTiming).
 func IpcGetEventHandle(e Event) (IpcEventHandle, error) {
 	var h IpcEventHandle
-	err := call(sIpcGetEventHandle, func() Result { return rIpcGetEventHandle(&h, e) })
+	err := call(hipIpcGetEventHandle, func() Result { return rIpcGetEventHandle(&h, e) })
 	return h, err
 }
 
@@ -616,7 +426,7 @@ func IpcGetEventHandle(e Event) (IpcEventHandle, error) {
 // Event.Destroy.
 func IpcOpenEventHandle(h IpcEventHandle) (Event, error) {
 	var e uintptr
-	err := call(sIpcOpenEventHandle, func() Result { return rIpcOpenEventHandle(&e, &h) })
+	err := call(hipIpcOpenEventHandle, func() Result { return rIpcOpenEventHandle(&e, &h) })
 	return Event(e), err
 }
 
@@ -626,10 +436,26 @@ func IPCAvailable() error {
 	if err := Load(); err != nil {
 		return err
 	}
-	for _, s := range []sym{sIpcGetMemHandle, sIpcOpenMemHandle, sIpcCloseMemHandle, sIpcGetEventHandle, sIpcOpenEventHandle} {
-		if !have(s) {
+	for _, s := range []sym{hipIpcGetMemHandle, hipIpcOpenMemHandle, hipIpcCloseMemHandle, hipIpcGetEventHandle, hipIpcOpenEventHandle} {
+		if !syms.Have(s) {
 			return errorOf(s, ResultSymbolNotFound)
 		}
 	}
 	return nil
+}
+
+// StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
+func StreamCreate(flags uint32) (Stream, error) { return gpurt.StreamCreate[rt](flags) }
+
+// EventCreate creates an event (EventDefault records timing).
+func EventCreate(flags uint32) (Event, error) { return gpurt.EventCreate[rt](flags) }
+
+// ElapsedTime is the time in milliseconds between two recorded events.
+func ElapsedTime(start, end Event) (float32, error) { return gpurt.ElapsedTime(start, end) }
+
+// Capture records what fn enqueues on s into an executable graph. It runs on
+// one locked OS thread with d current; the graph itself is destroyed after
+// instantiation. The caller destroys the returned GraphExec.
+func Capture(d Device, s Stream, mode CaptureMode, fn func() error) (GraphExec, error) {
+	return gpurt.Capture(d.Do, s, mode, fn)
 }

@@ -4,12 +4,14 @@
 // $DETCOLL_HIP_LIB. It declares its own C prototypes: no HIP header and no
 // ROCm library is needed to build, and a build without cgo compiles to
 // stubs that report ErrUnavailable. It is internal/cuda's counterpart and
-// follows its shape (symbols.go, types.go, api.go, raw_cgo.go /
-// raw_nocgo.go); nothing here imports anything of CUDA.
+// follows its shape (symbols.txt → symbols_gen.go, types.go, api.go,
+// raw_cgo.go / raw_nocgo.go) and shares its stream, event, module, function
+// and graph types through internal/binding/gpurt; nothing here imports
+// anything of CUDA.
 //
 // # Loading
 //
-// Load opens the library and resolves the table in symbols.go; it needs no
+// Load opens the library and resolves the list in symbols.txt; it needs no
 // GPU, so RuntimeVersion and LibraryPath work on any machine with ROCm
 // installed (detcoll env, CI). Init additionally calls hipInit(0), which
 // fails on a machine without an AMD GPU (hipErrorNoDevice or
@@ -62,3 +64,5 @@
 // values; the zero Stream is the null stream. Whoever creates a handle
 // destroys it, once.
 package hip
+
+//go:generate go run ../bindgen

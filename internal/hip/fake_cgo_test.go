@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 // A stand-in libamdhip64 built here with the host C compiler plays a ROCm 6
@@ -111,24 +113,8 @@ func TestFakeRuntime(t *testing.T) {
 	if os.Getenv(fakeHIPChildEnv) != "" {
 		t.Skip("in the child")
 	}
-	cc := ""
-	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
-		if p, err := exec.LookPath(c); c != "" && err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no host C compiler to build the stand-in HIP runtime")
-	}
 	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "fakehip.c"), filepath.Join(dir, "libamdhip64-fake.so.6")
-	if err := os.WriteFile(src, []byte(fakeHIP), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("building the stand-in runtime: %v\n%s", err, out)
-	}
+	lib := bindingtest.Build(t, dir, "libamdhip64-fake.so.6", "HIP runtime", fakeHIP)
 	log := filepath.Join(dir, "calls.log")
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeRuntimeChild$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeHIPChildEnv+"=1")

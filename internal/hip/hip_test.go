@@ -6,30 +6,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 func TestSymbolTable(t *testing.T) {
-	seen := map[string]bool{}
-	for i, s := range symbols {
-		if s.api == "" || len(s.candidates) == 0 {
-			t.Fatalf("symbol %d has no name or candidates: %+v", i, s)
-		}
-		if seen[s.api] {
-			t.Fatalf("duplicate api %s", s.api)
-		}
-		seen[s.api] = true
-		for _, c := range s.candidates {
-			if !strings.HasPrefix(c, "hip") {
-				t.Errorf("%s: candidate %s is not a HIP symbol", s.api, c)
-			}
-			if strings.HasSuffix(c, "_spt") {
-				t.Errorf("%s: per-thread default stream variant %s", s.api, c)
-			}
-		}
-	}
+	bindingtest.CheckSymbols(t, syms.Symbols, func(string) string { return "hip" }, "_spt")
 	// Every candidate for the device properties has a known layout, the
 	// ROCm 6 one first.
-	c := symbols[sGetDeviceProperties].candidates
+	c := syms.Symbols[hipGetDeviceProperties].Candidates
 	if c[0] != "hipGetDevicePropertiesR0600" {
 		t.Errorf("hipGetDeviceProperties candidates %v", c)
 	}
@@ -39,10 +24,10 @@ func TestSymbolTable(t *testing.T) {
 		}
 	}
 	// The calls a device backend cannot do without are not optional.
-	for _, s := range []sym{sMalloc, sFree, sModuleLoadData, sModuleGetFunction, sModuleLaunchKernel, sStreamCreateWithFlags,
-		sEventCreateWithFlags, sEventElapsedTime, sMemcpyDtoDAsync, sSetDevice, sDeviceGetAttribute} {
-		if symbols[s].optional {
-			t.Errorf("%s is optional", symbols[s].api)
+	for _, s := range []sym{hipMalloc, hipFree, hipModuleLoadData, hipModuleGetFunction, hipModuleLaunchKernel, hipStreamCreateWithFlags,
+		hipEventCreateWithFlags, hipEventElapsedTime, hipMemcpyDtoDAsync, hipSetDevice, hipDeviceGetAttribute} {
+		if syms.Symbols[s].Optional {
+			t.Errorf("%s is optional", syms.API(s))
 		}
 	}
 	if SymbolName("hipNoSuchThing") != "" {
@@ -90,7 +75,7 @@ func TestErrorMapping(t *testing.T) {
 			t.Errorf("ResultName(%d) = %s, want %s", code, ResultName(code), name)
 		}
 	}
-	e := errorOf(sMalloc, ResultOutOfMemory)
+	e := errorOf(hipMalloc, ResultOutOfMemory)
 	var he *Error
 	if !errors.As(e, &he) || he.Code != ResultOutOfMemory || he.Name != "hipErrorOutOfMemory" || he.Call != "hipMalloc" {
 		t.Fatalf("mapped %#v", e)
@@ -101,14 +86,14 @@ func TestErrorMapping(t *testing.T) {
 	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
 		t.Fatal("errors.Is by code")
 	}
-	if errorOf(sMalloc, ResultSuccess) != nil {
+	if errorOf(hipMalloc, ResultSuccess) != nil {
 		t.Fatal("success mapped to an error")
 	}
 	// A code neither HIP nor the table knows keeps its number.
-	if e := errorOf(sFree, 12345).(*Error); e.Name != "hipError(12345)" {
+	if e := errorOf(hipFree, 12345).(*Error); e.Name != "hipError(12345)" {
 		t.Fatalf("unknown code named %q", e.Name)
 	}
-	if e := errorOf(sIpcOpenMemHandle, ResultSymbolNotFound).(*Error); !strings.Contains(e.Message, "hipIpcOpenMemHandle") {
+	if e := errorOf(hipIpcOpenMemHandle, ResultSymbolNotFound).(*Error); !strings.Contains(e.Message, "hipIpcOpenMemHandle") {
 		t.Fatalf("missing symbol message %q", e.Message)
 	}
 	if !errors.Is(&Error{Code: ResultUnavailable}, ErrUnavailable) || errors.Is(&Error{Code: ResultNoDevice}, ErrUnavailable) {
@@ -251,11 +236,11 @@ func TestAvailableHere(t *testing.T) {
 		t.Fatalf("bound %s, which has no layout", SymbolName("hipGetDeviceProperties"))
 	}
 	// Names and strings from the real runtime.
-	e := errorOf(sMalloc, ResultOutOfMemory).(*Error)
+	e := errorOf(hipMalloc, ResultOutOfMemory).(*Error)
 	if e.Name != "hipErrorOutOfMemory" {
 		t.Fatalf("runtime names code 2 %q", e.Name)
 	}
-	if e := errorOf(sMalloc, 12345).(*Error); e.Name != "hipError(12345)" {
+	if e := errorOf(hipMalloc, 12345).(*Error); e.Name != "hipError(12345)" {
 		t.Fatalf("runtime's unknown code named %q", e.Name)
 	}
 	if err := Init(); err != nil {

@@ -52,18 +52,6 @@ static int w_dtoha(uintptr_t fn, void* d, uint64_t s, size_t n, uintptr_t st) { 
 static int w_dtoda(uintptr_t fn, uint64_t d, uint64_t s, size_t n, uintptr_t st) { return F(hipError_t(*)(void*, void*, size_t, H))(DP(d), DP(s), n, (H)st); }
 static int w_memset(uintptr_t fn, uint64_t d, unsigned char v, size_t n) { return F(hipError_t(*)(void*, unsigned char, size_t))(DP(d), v, n); }
 static int w_memseta(uintptr_t fn, uint64_t d, unsigned char v, size_t n, uintptr_t st) { return F(hipError_t(*)(void*, unsigned char, size_t, H))(DP(d), v, n, (H)st); }
-static int w_create(uintptr_t fn, uintptr_t* h, unsigned flags) { return F(hipError_t(*)(H*, unsigned))((H*)h, flags); }
-static int w_h(uintptr_t fn, uintptr_t h) { return F(hipError_t(*)(H))((H)h); }
-static int w_hh(uintptr_t fn, uintptr_t a, uintptr_t b) { return F(hipError_t(*)(H, H))((H)a, (H)b); }
-static int w_hhu(uintptr_t fn, uintptr_t a, uintptr_t b, unsigned f) { return F(hipError_t(*)(H, H, unsigned))((H)a, (H)b, f); }
-static int w_hi(uintptr_t fn, uintptr_t a, int m) { return F(hipError_t(*)(H, int))((H)a, m); }
-static int w_hph(uintptr_t fn, uintptr_t a, uintptr_t* out) { return F(hipError_t(*)(H, H*))((H)a, (H*)out); }
-static int w_hpint(uintptr_t fn, uintptr_t a, int* out) { return F(hipError_t(*)(H, int*))((H)a, out); }
-static int w_elapsed(uintptr_t fn, float* ms, uintptr_t a, uintptr_t b) { return F(hipError_t(*)(float*, H, H))(ms, (H)a, (H)b); }
-static int w_modload(uintptr_t fn, uintptr_t* m, const void* img) { return F(hipError_t(*)(H*, const void*))((H*)m, img); }
-static int w_getfn(uintptr_t fn, uintptr_t* f, uintptr_t m, const char* name) { return F(hipError_t(*)(H*, H, const char*))((H*)f, (H)m, name); }
-static int w_funcattr(uintptr_t fn, int* v, int a, uintptr_t f) { return F(hipError_t(*)(int*, int, H))(v, a, (H)f); }
-static int w_instantiate(uintptr_t fn, uintptr_t* e, uintptr_t g) { return F(hipError_t(*)(H*, H, unsigned long long))((H*)e, (H)g, 0ULL); }
 static int w_ipcget(uintptr_t fn, unsigned char* out, uint64_t p) {
 	hipIpcMemHandle_t h;
 	memset(&h, 0, sizeof h);
@@ -110,64 +98,26 @@ static int w_launch(uintptr_t fn, uintptr_t f, unsigned gx, unsigned gy, unsigne
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
 
-	"github.com/detcoll/detcoll/internal/dl"
+	"github.com/detcoll/detcoll/internal/binding"
 )
 
-var (
-	fns      [numSyms]C.uintptr_t
-	resolved [numSyms]string
-	lib      *dl.Library
-)
-
-func fn(s sym) C.uintptr_t { return fns[s] }
+func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 
 // load opens the runtime and resolves the table (no hipInit: see Init).
 func load() error {
-	l, err := dl.Open(LibraryEnv, LibraryNames()...)
-	if err != nil {
-		return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable), Message: err.Error(), Call: "dlopen"}
+	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
+		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
 	}
-	for i := range symbols {
-		s := &symbols[i]
-		p, name, err := l.SymAny(s.candidates...)
-		if err != nil {
-			if s.optional {
-				continue
-			}
-			return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
-				Message: fmt.Sprintf("%s lacks %s: %v", l.Path(), s.api, err), Call: "dlsym"}
-		}
-		fns[i] = C.uintptr_t(p)
-		resolved[i] = name
-	}
-	lib = l
 	return nil
 }
 
-func libraryPath() string {
-	if lib == nil {
-		return ""
-	}
-	return lib.Path()
-}
-
-func haveSym(s sym) bool { return fns[s] != 0 }
-
-func resolvedName(s sym) string {
-	if resolved[s] != "" {
-		return resolved[s]
-	}
-	return symbols[s].candidates[0]
-}
-
 func rErrorName(r Result) (string, bool) {
-	if !haveSym(sGetErrorName) {
+	if !syms.Have(hipGetErrorName) {
 		return "", false
 	}
-	s := C.w_errstr(fn(sGetErrorName), C.int(r))
+	s := C.w_errstr(fn(hipGetErrorName), C.int(r))
 	if s == nil {
 		return "", false
 	}
@@ -175,17 +125,17 @@ func rErrorName(r Result) (string, bool) {
 }
 
 func rErrorString(r Result) (string, bool) {
-	if !haveSym(sGetErrorString) {
+	if !syms.Have(hipGetErrorString) {
 		return "", false
 	}
-	s := C.w_errstr(fn(sGetErrorString), C.int(r))
+	s := C.w_errstr(fn(hipGetErrorString), C.int(r))
 	if s == nil {
 		return "", false
 	}
 	return C.GoString(s), true
 }
 
-func rInit() Result                { return Result(C.w_u(fn(sInit), 0)) }
+func rInit() Result                { return Result(C.w_u(fn(hipInit), 0)) }
 func rInt(s sym, v int32) Result   { return Result(C.w_i(fn(s), C.int(v))) }
 func rVoid(s sym) Result           { return Result(C.w_void(fn(s))) }
 func rPint(s sym, v *int32) Result { return Result(C.w_pint(fn(s), (*C.int)(unsafe.Pointer(v)))) }
@@ -193,37 +143,37 @@ func rDeviceGetString(s sym, buf []byte, d Device) Result {
 	return Result(C.w_devstr(fn(s), (*C.char)(unsafe.Pointer(&buf[0])), C.int(len(buf)), C.int(d)))
 }
 func rDeviceGetAttribute(v *int32, a DeviceAttribute, d Device) Result {
-	return Result(C.w_devattr(fn(sDeviceGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.int(d)))
+	return Result(C.w_devattr(fn(hipDeviceGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.int(d)))
 }
 func rDeviceTotalMem(b *uint64, d Device) Result {
 	var n C.size_t
-	r := Result(C.w_devmem(fn(sDeviceTotalMem), &n, C.int(d)))
+	r := Result(C.w_devmem(fn(hipDeviceTotalMem), &n, C.int(d)))
 	*b = uint64(n)
 	return r
 }
 func rDeviceCanAccessPeer(c *int32, d, p Device) Result {
-	return Result(C.w_canpeer(fn(sDeviceCanAccessPeer), (*C.int)(unsafe.Pointer(c)), C.int(d), C.int(p)))
+	return Result(C.w_canpeer(fn(hipDeviceCanAccessPeer), (*C.int)(unsafe.Pointer(c)), C.int(d), C.int(p)))
 }
 func rDeviceEnablePeerAccess(peer Device) Result {
-	return Result(C.w_iu(fn(sDeviceEnablePeerAccess), C.int(peer), 0))
+	return Result(C.w_iu(fn(hipDeviceEnablePeerAccess), C.int(peer), 0))
 }
 func rGetDeviceProperties(buf []byte, d Device) Result {
 	// C memory: the runtime writes a struct whose size depends on its version.
 	p := C.calloc(C.size_t(len(buf)), 1)
 	defer C.free(p)
-	r := Result(C.w_props(fn(sGetDeviceProperties), p, C.int(d)))
+	r := Result(C.w_props(fn(hipGetDeviceProperties), p, C.int(d)))
 	copy(buf, unsafe.Slice((*byte)(p), len(buf)))
 	return r
 }
 func rMemGetInfo(free, total *uint64) Result {
 	var f, t C.size_t
-	r := Result(C.w_meminfo(fn(sMemGetInfo), &f, &t))
+	r := Result(C.w_meminfo(fn(hipMemGetInfo), &f, &t))
 	*free, *total = uint64(f), uint64(t)
 	return r
 }
 func rMalloc(p *DevicePtr, n int) Result {
 	var q C.uint64_t
-	r := Result(C.w_malloc(fn(sMalloc), &q, C.size_t(n)))
+	r := Result(C.w_malloc(fn(hipMalloc), &q, C.size_t(n)))
 	*p = DevicePtr(q)
 	return r
 }
@@ -231,77 +181,42 @@ func rPtr(s sym, p DevicePtr) Result { return Result(C.w_ptr(fn(s), C.uint64_t(p
 func rMemGetAddressRange(base *DevicePtr, size *uint64, p DevicePtr) Result {
 	var b C.uint64_t
 	var n C.size_t
-	r := Result(C.w_addrrange(fn(sMemGetAddressRange), &b, &n, C.uint64_t(p)))
+	r := Result(C.w_addrrange(fn(hipMemGetAddressRange), &b, &n, C.uint64_t(p)))
 	*base, *size = DevicePtr(b), uint64(n)
 	return r
 }
 func rHostMalloc(h *HostMem, n int) Result {
 	var p unsafe.Pointer
-	r := Result(C.w_hostmalloc(fn(sHostMalloc), &p, C.size_t(n)))
+	r := Result(C.w_hostmalloc(fn(hipHostMalloc), &p, C.size_t(n)))
 	if r == ResultSuccess {
 		*h = HostMem{p: p, n: n}
 	}
 	return r
 }
-func rHostFree(h HostMem) Result { return Result(C.w_hostfree(fn(sHostFree), h.p)) }
+func rHostFree(h HostMem) Result { return Result(C.w_hostfree(fn(hipHostFree), h.p)) }
 func rMemcpyHtoD(dst DevicePtr, src []byte) Result {
-	return Result(C.w_htod(fn(sMemcpyHtoD), C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
+	return Result(C.w_htod(fn(hipMemcpyHtoD), C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
 }
 func rMemcpyDtoH(dst []byte, src DevicePtr) Result {
-	return Result(C.w_dtoh(fn(sMemcpyDtoH), unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst))))
+	return Result(C.w_dtoh(fn(hipMemcpyDtoH), unsafe.Pointer(&dst[0]), C.uint64_t(src), C.size_t(len(dst))))
 }
 func rMemcpyDtoD(dst, src DevicePtr, n int) Result {
-	return Result(C.w_dtod(fn(sMemcpyDtoD), C.uint64_t(dst), C.uint64_t(src), C.size_t(n)))
+	return Result(C.w_dtod(fn(hipMemcpyDtoD), C.uint64_t(dst), C.uint64_t(src), C.size_t(n)))
 }
 func rMemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) Result {
-	return Result(C.w_htoda(fn(sMemcpyHtoDAsync), C.uint64_t(dst), unsafe.Add(src.p, off), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_htoda(fn(hipMemcpyHtoDAsync), C.uint64_t(dst), unsafe.Add(src.p, off), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) Result {
-	return Result(C.w_dtoha(fn(sMemcpyDtoHAsync), unsafe.Add(dst.p, off), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_dtoha(fn(hipMemcpyDtoHAsync), unsafe.Add(dst.p, off), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) Result {
-	return Result(C.w_dtoda(fn(sMemcpyDtoDAsync), C.uint64_t(dst), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
+	return Result(C.w_dtoda(fn(hipMemcpyDtoDAsync), C.uint64_t(dst), C.uint64_t(src), C.size_t(n), C.uintptr_t(s)))
 }
 func rMemsetD8(dst DevicePtr, v byte, n int) Result {
-	return Result(C.w_memset(fn(sMemsetD8), C.uint64_t(dst), C.uchar(v), C.size_t(n)))
+	return Result(C.w_memset(fn(hipMemsetD8), C.uint64_t(dst), C.uchar(v), C.size_t(n)))
 }
 func rMemsetD8Async(dst DevicePtr, v byte, n int, s Stream) Result {
-	return Result(C.w_memseta(fn(sMemsetD8Async), C.uint64_t(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
-}
-func rCreate(s sym, h *uintptr, flags uint32) Result {
-	return Result(C.w_create(fn(s), (*C.uintptr_t)(unsafe.Pointer(h)), C.uint(flags)))
-}
-func rHandle(s sym, h uintptr) Result { return Result(C.w_h(fn(s), C.uintptr_t(h))) }
-func rHandle2(s sym, a, b uintptr) Result {
-	return Result(C.w_hh(fn(s), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rHandle2u(s sym, a, b uintptr, f uint32) Result {
-	return Result(C.w_hhu(fn(s), C.uintptr_t(a), C.uintptr_t(b), C.uint(f)))
-}
-func rHandleInt(s sym, a uintptr, v int32) Result {
-	return Result(C.w_hi(fn(s), C.uintptr_t(a), C.int(v)))
-}
-func rHandleOut(s sym, a uintptr, out *uintptr) Result {
-	return Result(C.w_hph(fn(s), C.uintptr_t(a), (*C.uintptr_t)(unsafe.Pointer(out))))
-}
-func rHandlePint(s sym, a uintptr, out *int32) Result {
-	return Result(C.w_hpint(fn(s), C.uintptr_t(a), (*C.int)(unsafe.Pointer(out))))
-}
-func rEventElapsedTime(ms *float32, a, b Event) Result {
-	return Result(C.w_elapsed(fn(sEventElapsedTime), (*C.float)(unsafe.Pointer(ms)), C.uintptr_t(a), C.uintptr_t(b)))
-}
-func rModuleLoadData(m *Module, image []byte) Result {
-	p := C.CBytes(image)
-	defer C.free(p)
-	return Result(C.w_modload(fn(sModuleLoadData), (*C.uintptr_t)(unsafe.Pointer(m)), p))
-}
-func rModuleGetFunction(f *Function, m Module, name string) Result {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	return Result(C.w_getfn(fn(sModuleGetFunction), (*C.uintptr_t)(unsafe.Pointer(f)), C.uintptr_t(m), cs))
-}
-func rFuncGetAttribute(v *int32, a FunctionAttribute, f Function) Result {
-	return Result(C.w_funcattr(fn(sFuncGetAttribute), (*C.int)(unsafe.Pointer(v)), C.int(a), C.uintptr_t(f)))
+	return Result(C.w_memseta(fn(hipMemsetD8Async), C.uint64_t(dst), C.uchar(v), C.size_t(n), C.uintptr_t(s)))
 }
 func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args) Result {
 	buf, offs := a.Layout()
@@ -313,25 +228,22 @@ func rLaunchKernel(f Function, grid, block Dim3, shmem uint32, s Stream, a *Args
 	if len(offs) > 0 {
 		po = (*C.int)(unsafe.Pointer(&offs[0]))
 	}
-	return Result(C.w_launch(fn(sModuleLaunchKernel), C.uintptr_t(f),
+	return Result(C.w_launch(fn(hipModuleLaunchKernel), C.uintptr_t(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
 		C.uint(shmem), C.uintptr_t(s), pb, C.int(len(buf)), po, C.int(len(offs))))
 }
-func rGraphInstantiate(e *uintptr, g uintptr) Result {
-	return Result(C.w_instantiate(fn(sGraphInstantiate), (*C.uintptr_t)(unsafe.Pointer(e)), C.uintptr_t(g)))
-}
 func rIpcGetMemHandle(h *IpcMemHandle, p DevicePtr) Result {
-	return Result(C.w_ipcget(fn(sIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.uint64_t(p)))
+	return Result(C.w_ipcget(fn(hipIpcGetMemHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.uint64_t(p)))
 }
 func rIpcOpenMemHandle(p *DevicePtr, h *IpcMemHandle, flags uint32) Result {
 	var q C.uint64_t
-	r := Result(C.w_ipcopen(fn(sIpcOpenMemHandle), &q, (*C.uchar)(unsafe.Pointer(&h[0])), C.uint(flags)))
+	r := Result(C.w_ipcopen(fn(hipIpcOpenMemHandle), &q, (*C.uchar)(unsafe.Pointer(&h[0])), C.uint(flags)))
 	*p = DevicePtr(q)
 	return r
 }
 func rIpcGetEventHandle(h *IpcEventHandle, e Event) Result {
-	return Result(C.w_ipcgetev(fn(sIpcGetEventHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.uintptr_t(e)))
+	return Result(C.w_ipcgetev(fn(hipIpcGetEventHandle), (*C.uchar)(unsafe.Pointer(&h[0])), C.uintptr_t(e)))
 }
 func rIpcOpenEventHandle(e *uintptr, h *IpcEventHandle) Result {
-	return Result(C.w_ipcopenev(fn(sIpcOpenEventHandle), (*C.uintptr_t)(unsafe.Pointer(e)), (*C.uchar)(unsafe.Pointer(&h[0]))))
+	return Result(C.w_ipcopenev(fn(hipIpcOpenEventHandle), (*C.uintptr_t)(unsafe.Pointer(e)), (*C.uchar)(unsafe.Pointer(&h[0]))))
 }

@@ -10,9 +10,6 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string                { return "" }
-func haveSym(sym) bool                   { return false }
-func resolvedName(s sym) string          { return symbols[s].candidates[0] }
 func rErrorName(Result) (string, bool)   { return "", false }
 func rErrorString(Result) (string, bool) { return "", false }
 
@@ -42,19 +39,7 @@ func rMemcpyDtoHAsync(HostMem, int, DevicePtr, int, Stream) Result     { return 
 func rMemcpyDtoDAsync(_, _ DevicePtr, _ int, _ Stream) Result          { return u }
 func rMemsetD8(DevicePtr, byte, int) Result                            { return u }
 func rMemsetD8Async(DevicePtr, byte, int, Stream) Result               { return u }
-func rCreate(sym, *uintptr, uint32) Result                             { return u }
-func rHandle(sym, uintptr) Result                                      { return u }
-func rHandle2(sym, uintptr, uintptr) Result                            { return u }
-func rHandle2u(sym, uintptr, uintptr, uint32) Result                   { return u }
-func rHandleInt(sym, uintptr, int32) Result                            { return u }
-func rHandleOut(sym, uintptr, *uintptr) Result                         { return u }
-func rHandlePint(sym, uintptr, *int32) Result                          { return u }
-func rEventElapsedTime(*float32, Event, Event) Result                  { return u }
-func rModuleLoadData(*Module, []byte) Result                           { return u }
-func rModuleGetFunction(*Function, Module, string) Result              { return u }
-func rFuncGetAttribute(*int32, FunctionAttribute, Function) Result     { return u }
 func rLaunchKernel(Function, Dim3, Dim3, uint32, Stream, *Args) Result { return u }
-func rGraphInstantiate(*uintptr, uintptr) Result                       { return u }
 func rIpcGetMemHandle(*IpcMemHandle, DevicePtr) Result                 { return u }
 func rIpcOpenMemHandle(*DevicePtr, *IpcMemHandle, uint32) Result       { return u }
 func rIpcGetEventHandle(*IpcEventHandle, Event) Result                 { return u }

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
@@ -41,77 +43,20 @@ const (
 // resultNames is hipError_t of ROCm 6 (a superset of ROCm 5's: the codes
 // kept their values). Aliases (hipErrorMemoryAllocation = 2, …) are
 // omitted: the first name of each code is the one HIP reports.
-var resultNames = map[Result]string{
-	0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory", 3: "hipErrorNotInitialized",
-	4: "hipErrorDeinitialized", 5: "hipErrorProfilerDisabled", 6: "hipErrorProfilerNotInitialized",
-	7: "hipErrorProfilerAlreadyStarted", 8: "hipErrorProfilerAlreadyStopped", 9: "hipErrorInvalidConfiguration",
-	12: "hipErrorInvalidPitchValue", 13: "hipErrorInvalidSymbol", 17: "hipErrorInvalidDevicePointer",
-	21: "hipErrorInvalidMemcpyDirection", 35: "hipErrorInsufficientDriver", 52: "hipErrorMissingConfiguration",
-	53: "hipErrorPriorLaunchFailure", 98: "hipErrorInvalidDeviceFunction", 100: "hipErrorNoDevice",
-	101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage", 201: "hipErrorInvalidContext",
-	202: "hipErrorContextAlreadyCurrent", 205: "hipErrorMapFailed", 206: "hipErrorUnmapFailed",
-	207: "hipErrorArrayIsMapped", 208: "hipErrorAlreadyMapped", 209: "hipErrorNoBinaryForGpu",
-	210: "hipErrorAlreadyAcquired", 211: "hipErrorNotMapped", 212: "hipErrorNotMappedAsArray",
-	213: "hipErrorNotMappedAsPointer", 214: "hipErrorECCNotCorrectable", 215: "hipErrorUnsupportedLimit",
-	216: "hipErrorContextAlreadyInUse", 217: "hipErrorPeerAccessUnsupported", 218: "hipErrorInvalidKernelFile",
-	219: "hipErrorInvalidGraphicsContext", 300: "hipErrorInvalidSource", 301: "hipErrorFileNotFound",
-	302: "hipErrorSharedObjectSymbolNotFound", 303: "hipErrorSharedObjectInitFailed", 304: "hipErrorOperatingSystem",
-	400: "hipErrorInvalidHandle", 401: "hipErrorIllegalState", 500: "hipErrorNotFound", 600: "hipErrorNotReady",
-	700: "hipErrorIllegalAddress", 701: "hipErrorLaunchOutOfResources", 702: "hipErrorLaunchTimeOut",
-	704: "hipErrorPeerAccessAlreadyEnabled", 705: "hipErrorPeerAccessNotEnabled", 708: "hipErrorSetOnActiveProcess",
-	709: "hipErrorContextIsDestroyed", 710: "hipErrorAssert", 712: "hipErrorHostMemoryAlreadyRegistered",
-	713: "hipErrorHostMemoryNotRegistered", 719: "hipErrorLaunchFailure", 720: "hipErrorCooperativeLaunchTooLarge",
-	801: "hipErrorNotSupported", 900: "hipErrorStreamCaptureUnsupported", 901: "hipErrorStreamCaptureInvalidated",
-	902: "hipErrorStreamCaptureMerge", 903: "hipErrorStreamCaptureUnmatched", 904: "hipErrorStreamCaptureUnjoined",
-	905: "hipErrorStreamCaptureIsolation", 906: "hipErrorStreamCaptureImplicit", 907: "hipErrorCapturedEvent",
-	908: "hipErrorStreamCaptureWrongThread", 910: "hipErrorGraphExecUpdateFailure",
-	911: "hipErrorInvalidChannelDescriptor", 912: "hipErrorInvalidTexture",
-	999: "hipErrorUnknown", 1052: "hipErrorRuntimeMemory", 1053: "hipErrorRuntimeOther",
-	-1: "DETCOLL_SYMBOL_NOT_FOUND", -2: "DETCOLL_HIP_UNAVAILABLE",
-}
 
 // ResultName is the hipError* name of a code from the built-in table (used
 // when hipGetErrorName is unavailable or does not know the code), or
 // "hipError(<n>)".
 func ResultName(r Result) string {
-	if n, ok := resultNames[r]; ok {
-		return n
-	}
-	return fmt.Sprintf("hipError(%d)", int32(r))
+	return binding.Name(resultNames, resultFallback, r)
 }
 
-// Error is a failed runtime call.
-type Error struct {
-	Code    Result
-	Name    string // e.g. hipErrorOutOfMemory
-	Message string // the runtime's description, when it says more than the name
-	Call    string // the symbol called, e.g. hipMalloc
-}
-
-func (e *Error) Error() string {
-	s := "hip: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	return s
-}
-
-// Is reports whether target is an *Error with the same code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	if errors.As(target, &t) {
-		return t.Code == e.Code
-	}
-	return false
-}
-
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == ResultUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
+// Error is a failed runtime call: Code, Name (the library's name of the code),
+// Message (its description, when known) and Call (the exported symbol
+// called). Its message starts "hip: "; errors.Is matches it by code, and a
+// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// internal/binding's error type, instantiated for this binding.
+type Error = binding.Error[Result, vendor]
 
 // ErrUnavailable is wrapped by every error that means "no usable HIP
 // runtime here": library missing, built without cgo, hipInit failed (no
@@ -125,22 +70,22 @@ type Device int32
 type DevicePtr = devrt.Ptr // shared with internal/cuda through gpu/devrt
 
 // Stream is a hipStream_t; the zero value is the null stream.
-type Stream uintptr
+type Stream = gpurt.Stream[rt]
 
 // Event is a hipEvent_t.
-type Event uintptr
+type Event = gpurt.Event[rt]
 
 // Module is a hipModule_t.
-type Module uintptr
+type Module = gpurt.Module[rt]
 
 // Function is a hipFunction_t.
-type Function uintptr
+type Function = gpurt.Function[rt]
 
 // Graph is a hipGraph_t.
-type Graph uintptr
+type Graph = gpurt.Graph[rt]
 
 // GraphExec is a hipGraphExec_t.
-type GraphExec uintptr
+type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
 type IpcMemHandle [64]byte
@@ -192,7 +137,7 @@ const (
 )
 
 // FunctionAttribute is a hipFunction_attribute.
-type FunctionAttribute int32
+type FunctionAttribute = gpurt.FunctionAttribute
 
 // Function attributes (for reports: registers, spills).
 const (
@@ -218,7 +163,7 @@ const (
 )
 
 // CaptureMode is a hipStreamCaptureMode.
-type CaptureMode int32
+type CaptureMode = gpurt.CaptureMode
 
 const (
 	CaptureGlobal      CaptureMode = 0
@@ -227,7 +172,7 @@ const (
 )
 
 // CaptureStatus is a hipStreamCaptureStatus.
-type CaptureStatus int32
+type CaptureStatus = gpurt.CaptureStatus
 
 const (
 	CaptureNone        CaptureStatus = 0
@@ -254,6 +199,9 @@ type Args = kparams.Args[vendor, DevicePtr]
 type vendor struct{}
 
 func (vendor) Name() string { return "hip" }
+
+// Unavailable is the error load failures wrap.
+func (vendor) Unavailable() error { return ErrUnavailable }
 
 // DeviceProps are the hipDeviceProp_t fields detcoll uses.
 type DeviceProps struct {

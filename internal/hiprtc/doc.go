@@ -47,3 +47,5 @@
 // All functions are safe for concurrent use; compilations are serialised.
 // Nothing here touches a device.
 package hiprtc
+
+//go:generate go run ../bindgen

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -31,98 +33,43 @@ const (
 	ResultUnavailable  Result = -2
 )
 
-var resultNames = []string{
-	"HIPRTC_SUCCESS", "HIPRTC_ERROR_OUT_OF_MEMORY", "HIPRTC_ERROR_PROGRAM_CREATION_FAILURE",
-	"HIPRTC_ERROR_INVALID_INPUT", "HIPRTC_ERROR_INVALID_PROGRAM", "HIPRTC_ERROR_INVALID_OPTION",
-	"HIPRTC_ERROR_COMPILATION", "HIPRTC_ERROR_BUILTIN_OPERATION_FAILURE",
-	"HIPRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION", "HIPRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
-	"HIPRTC_ERROR_NAME_EXPRESSION_NOT_VALID", "HIPRTC_ERROR_INTERNAL_ERROR",
-}
+// ResultName is the HIPRTC_* name of a code (the table in symbols.txt),
+// or "HIPRTC_ERROR_<n>".
+func ResultName(r Result) string { return binding.Name(resultNames, resultFallback, r) }
 
-// ResultName is the HIPRTC_* name of a code.
-func ResultName(r Result) string {
-	if r >= 0 && int(r) < len(resultNames) {
-		return resultNames[r]
-	}
-	switch r {
-	case ResultUnavailable:
-		return "DETCOLL_HIPRTC_UNAVAILABLE"
-	case 100:
-		return "HIPRTC_ERROR_LINKING" // ROCm 5.3 and later
-	}
-	return fmt.Sprintf("HIPRTC_ERROR_%d", int32(r))
-}
+// Error is a failed hiprtc call: Code, Name, Message, Call (the entry point)
+// and, for compilation failures, Log (the program log). Its message starts
+// "hiprtc: "; errors.Is matches it by code, and a load failure
+// (ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
+// LogError, instantiated for this binding.
+type Error = binding.LogError[Result, vendor]
 
-// Error is a failed hiprtc call. For compilation failures Log holds the
-// program log.
-type Error struct {
-	Code    Result
-	Name    string
-	Message string
-	Call    string
-	Log     string
-}
+// vendor names this binding in its errors.
+type vendor struct{}
 
-func (e *Error) Error() string {
-	s := "hiprtc: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	if e.Log != "" {
-		s += "\n" + strings.TrimSpace(e.Log)
-	}
-	return s
-}
+func (vendor) Name() string { return "hiprtc" }
 
-// Is matches *Error values by code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	return errors.As(target, &t) && t.Code == e.Code
-}
-
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == ResultUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
+// Unavailable is the error load failures wrap.
+func (vendor) Unavailable() error { return ErrUnavailable }
 
 func errorOf(call string, r Result) error {
-	if r == ResultSuccess {
-		return nil
-	}
-	e := &Error{Code: r, Name: ResultName(r), Call: call}
-	if m, ok := rErrorString(r); ok && m != e.Name {
-		e.Message = m
-	}
-	return e
+	return rtc.ErrorOf[Result, vendor](syms.Ptr(hiprtcGetErrorString), ResultName, call, r)
 }
 
 var (
-	loadOnce  sync.Once
-	loadErr   error
 	comgrOnce sync.Once
 	comgrISAs []string
 	comgrErr  error
 )
 
 // Init loads hiprtc once per process.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why hiprtc cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the hiprtc library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return libraryPath()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // Version is hiprtc's (major, minor).
 func Version() (major, minor int, err error) {

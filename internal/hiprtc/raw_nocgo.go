@@ -7,11 +7,9 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string                { return "" }
-func comgrPath() string                  { return "" }
-func rErrorString(Result) (string, bool) { return "", false }
-func rVersion() (int, int, error)        { return 0, 0, load() }
-func rComgrISAs() ([]string, error)      { return nil, load() }
+func comgrPath() string             { return "" }
+func rVersion() (int, int, error)   { return 0, 0, load() }
+func rComgrISAs() ([]string, error) { return nil, load() }
 func rCompile(string, string, []string) ([]byte, string, error) {
 	return nil, "", load()
 }

@@ -7,36 +7,6 @@ import (
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
-// sym indexes symbolNames.
-type sym int
-
-const (
-	sVersion sym = iota
-	sGetErrorString
-	sCreateProgram
-	sCompileProgram
-	sGetProgramLogSize
-	sGetProgramLog
-	sGetCodeSize
-	sGetCode
-	sDestroyProgram
-	numSyms
-)
-
-// symbolNames lists the hiprtc entry points in the order of the raw layer's
-// index. hiprtc exports unversioned names, the same in ROCm 5, 6 and 7.
-var symbolNames = [numSyms]string{
-	sVersion:           "hiprtcVersion",
-	sGetErrorString:    "hiprtcGetErrorString",
-	sCreateProgram:     "hiprtcCreateProgram",
-	sCompileProgram:    "hiprtcCompileProgram",
-	sGetProgramLogSize: "hiprtcGetProgramLogSize",
-	sGetProgramLog:     "hiprtcGetProgramLog",
-	sGetCodeSize:       "hiprtcGetCodeSize",
-	sGetCode:           "hiprtcGetCode",
-	sDestroyProgram:    "hiprtcDestroyProgram",
-}
-
 // comgr entry points used to list the supported ISAs (optional library).
 const (
 	comgrGetISACount = "amd_comgr_get_isa_count"

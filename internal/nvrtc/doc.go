@@ -27,3 +27,5 @@
 // All functions are safe for concurrent use; compilations are serialised.
 // Nothing here touches a CUDA context.
 package nvrtc
+
+//go:generate go run ../bindgen

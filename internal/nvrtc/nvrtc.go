@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -55,95 +57,37 @@ const (
 	ResultUnavailable  Result = -2
 )
 
-var resultNames = []string{
-	"NVRTC_SUCCESS", "NVRTC_ERROR_OUT_OF_MEMORY", "NVRTC_ERROR_PROGRAM_CREATION_FAILURE",
-	"NVRTC_ERROR_INVALID_INPUT", "NVRTC_ERROR_INVALID_PROGRAM", "NVRTC_ERROR_INVALID_OPTION",
-	"NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_BUILTIN_OPERATION_FAILURE",
-	"NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION", "NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION",
-	"NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID", "NVRTC_ERROR_INTERNAL_ERROR",
-	"NVRTC_ERROR_TIME_FILE_WRITE_FAILED", "NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED",
-	"NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED", "NVRTC_ERROR_PCH_CREATE", "NVRTC_ERROR_CANCELLED",
-	"NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED",
-}
+// ResultName is the NVRTC_* name of a code (the table in symbols.txt),
+// or "NVRTC_ERROR_<n>".
+func ResultName(r Result) string { return binding.Name(resultNames, resultFallback, r) }
 
-// ResultName is the NVRTC_* name of a code.
-func ResultName(r Result) string {
-	if r >= 0 && int(r) < len(resultNames) {
-		return resultNames[r]
-	}
-	if r == ResultUnavailable {
-		return "DETCOLL_NVRTC_UNAVAILABLE"
-	}
-	return fmt.Sprintf("NVRTC_ERROR_%d", int32(r))
-}
+// Error is a failed NVRTC call: Code, Name, Message, Call (the entry point)
+// and, for compilation failures, Log (the program log). Its message starts
+// "nvrtc: "; errors.Is matches it by code, and a load failure
+// (ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
+// LogError, instantiated for this binding.
+type Error = binding.LogError[Result, vendor]
 
-// Error is a failed NVRTC call. For compilation failures Log holds the
-// program log.
-type Error struct {
-	Code    Result
-	Name    string
-	Message string
-	Call    string
-	Log     string
-}
+// vendor names this binding in its errors.
+type vendor struct{}
 
-func (e *Error) Error() string {
-	s := "nvrtc: " + e.Call + ": " + e.Name
-	if e.Message != "" {
-		s += " (" + e.Message + ")"
-	}
-	if e.Log != "" {
-		s += "\n" + strings.TrimSpace(e.Log)
-	}
-	return s
-}
+func (vendor) Name() string { return "nvrtc" }
 
-// Is matches *Error values by code.
-func (e *Error) Is(target error) bool {
-	var t *Error
-	return errors.As(target, &t) && t.Code == e.Code
-}
-
-// Unwrap makes load failures match ErrUnavailable.
-func (e *Error) Unwrap() error {
-	if e.Code == ResultUnavailable {
-		return ErrUnavailable
-	}
-	return nil
-}
+// Unavailable is the error load failures wrap.
+func (vendor) Unavailable() error { return ErrUnavailable }
 
 func errorOf(call string, r Result) error {
-	if r == ResultSuccess {
-		return nil
-	}
-	e := &Error{Code: r, Name: ResultName(r), Call: call}
-	if m, ok := rErrorString(r); ok && m != e.Name {
-		e.Message = m
-	}
-	return e
+	return rtc.ErrorOf[Result, vendor](syms.Ptr(nvrtcGetErrorString), ResultName, call, r)
 }
-
-var (
-	loadOnce sync.Once
-	loadErr  error
-)
 
 // Init loads NVRTC once per process.
-func Init() error {
-	loadOnce.Do(func() { loadErr = load() })
-	return loadErr
-}
+func Init() error { return syms.Load(load) }
 
 // Available reports why NVRTC cannot be used here, or nil.
 func Available() error { return Init() }
 
 // LibraryPath is the NVRTC library loaded ("" if none).
-func LibraryPath() string {
-	if Init() != nil {
-		return ""
-	}
-	return libraryPath()
-}
+func LibraryPath() string { return syms.LoadedPath(Init) }
 
 // Version is NVRTC's (major, minor).
 func Version() (major, minor int, err error) {

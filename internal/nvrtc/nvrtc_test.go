@@ -11,15 +11,24 @@ import (
 )
 
 func TestSymbolNames(t *testing.T) {
-	if len(symbolNames) != int(numSyms) {
-		t.Fatalf("%d names for %d symbols", len(symbolNames), numSyms)
+	// The constants are the documented names; NVRTC exports them unversioned.
+	for s := sym(0); s < numSyms; s++ {
+		if c := syms.Symbols[s].Candidates; len(c) != 1 || c[0] != syms.API(s) || !strings.HasPrefix(c[0], "nvrtc") {
+			t.Errorf("symbol %d (%s): candidates %v", s, syms.API(s), c)
+		}
 	}
-	check := map[sym]string{sVersion: "nvrtcVersion", sCompileProgram: "nvrtcCompileProgram",
-		sGetCUBIN: "nvrtcGetCUBIN", sGetPTX: "nvrtcGetPTX", sDestroyProgram: "nvrtcDestroyProgram",
-		sGetSupportedArchs: "nvrtcGetSupportedArchs", sGetProgramLog: "nvrtcGetProgramLog"}
-	for s, n := range check {
-		if symbolNames[s].name != n {
-			t.Errorf("symbol %d is %s, want %s", s, symbolNames[s].name, n)
+	if syms.API(nvrtcCompileProgram) != "nvrtcCompileProgram" || syms.API(nvrtcGetCUBIN) != "nvrtcGetCUBIN" {
+		t.Fatal("symbol table out of order")
+	}
+	// Entry points newer than NVRTC 11.0 are optional; the compile path is not.
+	for _, s := range []sym{nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs, nvrtcGetCUBINSize, nvrtcGetCUBIN} {
+		if !syms.Symbols[s].Optional {
+			t.Errorf("%s is required", syms.API(s))
+		}
+	}
+	for _, s := range []sym{nvrtcCreateProgram, nvrtcCompileProgram, nvrtcGetPTX, nvrtcGetProgramLog, nvrtcDestroyProgram} {
+		if syms.Symbols[s].Optional {
+			t.Errorf("%s is optional", syms.API(s))
 		}
 	}
 }

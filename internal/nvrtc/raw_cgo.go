@@ -2,67 +2,23 @@
 
 package nvrtc
 
-/*
-#include <stdint.h>
-#include <stddef.h>
-#include <stdlib.h>
-
-typedef int nvrtcResult;
-typedef void* nvrtcProgram;
-#define F(T) ((T)(fn))
-
-static int w_version(uintptr_t fn, int* a, int* b) { return F(nvrtcResult(*)(int*, int*))(a, b); }
-static int w_pint(uintptr_t fn, int* a) { return F(nvrtcResult(*)(int*))(a); }
-static const char* w_errstr(uintptr_t fn, int r) { return F(const char*(*)(nvrtcResult))(r); }
-static int w_create(uintptr_t fn, uintptr_t* prog, const char* src, const char* name) {
-	return F(nvrtcResult(*)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*))(
-		(nvrtcProgram*)prog, src, name, 0, NULL, NULL);
-}
-static int w_compile(uintptr_t fn, uintptr_t prog, int n, char** opts) {
-	return F(nvrtcResult(*)(nvrtcProgram, int, const char* const*))((nvrtcProgram)prog, n, (const char* const*)opts);
-}
-static int w_size(uintptr_t fn, uintptr_t prog, size_t* n) { return F(nvrtcResult(*)(nvrtcProgram, size_t*))((nvrtcProgram)prog, n); }
-static int w_get(uintptr_t fn, uintptr_t prog, char* out) { return F(nvrtcResult(*)(nvrtcProgram, char*))((nvrtcProgram)prog, out); }
-static int w_destroy(uintptr_t fn, uintptr_t* prog) { return F(nvrtcResult(*)(nvrtcProgram*))((nvrtcProgram*)prog); }
-
-static char** mk_opts(int n) { return (char**)calloc((size_t)(n > 0 ? n : 1), sizeof(char*)); }
-static void set_opt(char** a, int i, char* s) { a[i] = s; }
-static void free_opts(char** a, int n) { for (int i = 0; i < n; i++) free(a[i]); free(a); }
-*/
-import "C"
-
 import (
-	"fmt"
 	"path/filepath"
 	"sort"
-	"unsafe"
 
+	"github.com/detcoll/detcoll/internal/binding"
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/dl"
 )
 
-var (
-	fns [numSyms]C.uintptr_t
-	lib *dl.Library
-)
+// The trampolines and the compile flow are internal/binding/rtc's (hiprtc
+// shares NVRTC's C ABI); this file binds them to NVRTC's table.
 
 func load() error {
-	l, err := dl.Open(LibraryEnv, LibraryNames()...)
-	if err != nil {
-		return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable), Message: err.Error(), Call: "dlopen"}
+	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
+		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
 	}
-	for i, s := range symbolNames {
-		p, err := l.Sym(s.name)
-		if err != nil {
-			if s.optional {
-				continue
-			}
-			return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
-				Message: fmt.Sprintf("%s lacks %s", l.Path(), s.name), Call: "dlsym"}
-		}
-		fns[i] = C.uintptr_t(p)
-	}
-	lib = l
-	preloadBuiltins(l.Path())
+	preloadBuiltins(syms.Path())
 	return nil
 }
 
@@ -83,114 +39,43 @@ func preloadBuiltins(nvrtcPath string) {
 	}
 }
 
-func libraryPath() string {
-	if lib == nil {
-		return ""
-	}
-	return lib.Path()
-}
-
-func rErrorString(r Result) (string, bool) {
-	if fns[sGetErrorString] == 0 {
-		return "", false
-	}
-	s := C.w_errstr(fns[sGetErrorString], C.int(r))
-	if s == nil {
-		return "", false
-	}
-	return C.GoString(s), true
-}
+func entry(s sym) rtc.Entry { return rtc.Entry{Fn: syms.Ptr(s), Name: syms.API(s)} }
 
 func rVersion() (int, int, error) {
-	var a, b C.int
-	if err := errorOf("nvrtcVersion", Result(C.w_version(fns[sVersion], &a, &b))); err != nil {
+	major, minor, r := rtc.Version(syms.Ptr(nvrtcVersion))
+	if err := errorOf(syms.API(nvrtcVersion), Result(r)); err != nil {
 		return 0, 0, err
 	}
-	return int(a), int(b), nil
+	return major, minor, nil
 }
 
 func rSupportedArchs() ([]int, error) {
-	if fns[sGetNumSupportedArchs] == 0 || fns[sGetSupportedArchs] == 0 {
+	if !syms.Have(nvrtcGetNumSupportedArchs) || !syms.Have(nvrtcGetSupportedArchs) {
 		return nil, nil
 	}
-	var n C.int
-	if err := errorOf("nvrtcGetNumSupportedArchs", Result(C.w_pint(fns[sGetNumSupportedArchs], &n))); err != nil {
+	n, r := rtc.Ints(syms.Ptr(nvrtcGetNumSupportedArchs), 1)
+	if err := errorOf(syms.API(nvrtcGetNumSupportedArchs), Result(r)); err != nil {
 		return nil, err
 	}
-	if n <= 0 {
+	if n[0] <= 0 {
 		return nil, nil
 	}
-	a := make([]C.int, int(n))
-	if err := errorOf("nvrtcGetSupportedArchs", Result(C.w_pint(fns[sGetSupportedArchs], &a[0]))); err != nil {
+	archs, r := rtc.Ints(syms.Ptr(nvrtcGetSupportedArchs), n[0])
+	if err := errorOf(syms.API(nvrtcGetSupportedArchs), Result(r)); err != nil {
 		return nil, err
 	}
-	out := make([]int, len(a))
-	for i, v := range a {
-		out[i] = int(v)
-	}
-	return out, nil
+	return archs, nil
 }
 
 func rCompile(source, name string, options []string, cubin bool) ([]byte, string, error) {
-	csrc := C.CString(source)
-	defer C.free(unsafe.Pointer(csrc))
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	var prog C.uintptr_t
-	if err := errorOf("nvrtcCreateProgram", Result(C.w_create(fns[sCreateProgram], &prog, csrc, cname))); err != nil {
-		return nil, "", err
-	}
-	defer C.w_destroy(fns[sDestroyProgram], &prog)
-
-	// The option array and its strings live in C memory.
-	copts := C.mk_opts(C.int(len(options)))
-	for i, o := range options {
-		C.set_opt(copts, C.int(i), C.CString(o))
-	}
-	r := Result(C.w_compile(fns[sCompileProgram], prog, C.int(len(options)), copts))
-	C.free_opts(copts, C.int(len(options)))
-
-	log := programLog(prog)
-	if r != ResultSuccess {
-		err := errorOf("nvrtcCompileProgram", r)
-		if e, ok := err.(*Error); ok {
-			e.Log = log
-			e.Message = fmt.Sprintf("program %s, options %v", name, options)
-		}
-		return nil, log, err
-	}
-	sizeFn, getFn, call := fns[sGetPTXSize], fns[sGetPTX], "nvrtcGetPTX"
+	p := rtc.Program{Create: entry(nvrtcCreateProgram), Compile: entry(nvrtcCompileProgram),
+		LogSize: entry(nvrtcGetProgramLogSize), Log: entry(nvrtcGetProgramLog), Destroy: entry(nvrtcDestroyProgram),
+		Size: entry(nvrtcGetPTXSize), Get: entry(nvrtcGetPTX), Empty: "empty image"}
 	if cubin {
-		if fns[sGetCUBINSize] == 0 || fns[sGetCUBIN] == 0 {
-			return nil, log, &Error{Code: ResultInvalidInput, Name: ResultName(ResultInvalidInput), Call: "nvrtcGetCUBIN", Message: "this NVRTC cannot emit CUBIN"}
+		if !syms.Have(nvrtcGetCUBINSize) || !syms.Have(nvrtcGetCUBIN) {
+			return nil, "", &Error{Code: ResultInvalidInput, Name: ResultName(ResultInvalidInput), Call: "nvrtcGetCUBIN", Message: "this NVRTC cannot emit CUBIN"}
 		}
-		sizeFn, getFn, call = fns[sGetCUBINSize], fns[sGetCUBIN], "nvrtcGetCUBIN"
+		p.Size, p.Get = entry(nvrtcGetCUBINSize), entry(nvrtcGetCUBIN)
 	}
-	var n C.size_t
-	if err := errorOf(call+"Size", Result(C.w_size(sizeFn, prog, &n))); err != nil {
-		return nil, log, err
-	}
-	if n == 0 {
-		return nil, log, &Error{Code: ResultInvalidInput, Name: ResultName(ResultInvalidInput), Call: call, Message: "empty image"}
-	}
-	buf := C.malloc(n)
-	defer C.free(buf)
-	if err := errorOf(call, Result(C.w_get(getFn, prog, (*C.char)(buf)))); err != nil {
-		return nil, log, err
-	}
-	img := C.GoBytes(buf, C.int(n)) // PTX size includes the terminating NUL
-	return img, log, nil
-}
-
-func programLog(prog C.uintptr_t) string {
-	var n C.size_t
-	if C.w_size(fns[sGetProgramLogSize], prog, &n) != 0 || n <= 1 {
-		return ""
-	}
-	buf := C.malloc(n)
-	defer C.free(buf)
-	if C.w_get(fns[sGetProgramLog], prog, (*C.char)(buf)) != 0 {
-		return ""
-	}
-	return C.GoString((*C.char)(buf))
+	return rtc.Compile[Result, vendor](p, errorOf, source, name, options)
 }

@@ -7,10 +7,8 @@ func load() error {
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
-func libraryPath() string                { return "" }
-func rErrorString(Result) (string, bool) { return "", false }
-func rVersion() (int, int, error)        { return 0, 0, load() }
-func rSupportedArchs() ([]int, error)    { return nil, load() }
+func rVersion() (int, int, error)     { return 0, 0, load() }
+func rSupportedArchs() ([]int, error) { return nil, load() }
 func rCompile(string, string, []string, bool) ([]byte, string, error) {
 	return nil, "", load()
 }

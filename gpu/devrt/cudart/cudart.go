@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/gpu/devrt/rtshared"
 	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -24,7 +25,9 @@ func init() { devrt.Register(Runtime) }
 // Runtime is the CUDA devrt.Runtime.
 var Runtime devrt.Runtime = rt{}
 
-type rt struct{}
+type rt struct {
+	rtshared.Ops[cuda.Runtime] // streams, events, modules, functions, graphs
+}
 
 func (rt) Vendor() string  { return "cuda" }
 func (rt) CCLName() string { return "NCCL" }
@@ -149,97 +152,27 @@ func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return cuda.MemcpyHtoD(
 func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return cuda.MemcpyDtoH(dst, src) }
 func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return cuda.MemcpyDtoD(dst, src, n) }
 func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return cuda.MemsetD8(p, v, n) }
-func (rt) SyncLegacy() error                           { return cuda.Stream(0).Synchronize() }
-func (rt) StreamDestroy(s devrt.Stream) error          { return cuda.Stream(s).Destroy() }
-func (rt) StreamSynchronize(s devrt.Stream) error      { return cuda.Stream(s).Synchronize() }
-
-// StreamQuery is cuStreamQuery (devcomm polls it for bounded waits).
-func (rt) StreamQuery(s devrt.Stream) (bool, error) { return cuda.Stream(s).Query() }
-func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
-	return cuda.Stream(s).WaitEvent(cuda.Event(e))
-}
 func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
 	return cuda.MemcpyDtoDAsync(dst, src, n, cuda.Stream(s))
-}
-
-func (rt) StreamCreate() (devrt.Stream, error) {
-	s, err := cuda.StreamCreate(cuda.StreamNonBlocking)
-	return devrt.Stream(s), err
-}
-
-func (rt) StreamCapturing(s devrt.Stream) (bool, error) {
-	st, err := cuda.Stream(s).CaptureStatus()
-	return st == cuda.CaptureActive, err
-}
-
-func (rt) EventCreate(timing bool) (devrt.Event, error) {
-	flags := cuda.EventDisableTiming
-	if timing {
-		flags = cuda.EventDefault
-	}
-	e, err := cuda.EventCreate(flags)
-	return devrt.Event(e), err
-}
-
-func (rt) EventRecord(e devrt.Event, s devrt.Stream) error {
-	return cuda.Event(e).Record(cuda.Stream(s))
-}
-func (rt) EventSynchronize(e devrt.Event) error { return cuda.Event(e).Synchronize() }
-func (rt) EventDestroy(e devrt.Event) error     { return cuda.Event(e).Destroy() }
-func (rt) EventElapsed(a, b devrt.Event) (float32, error) {
-	return cuda.ElapsedTime(cuda.Event(a), cuda.Event(b))
 }
 
 func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
 	m, err := cuda.ModuleLoadData(image)
 	return devrt.Module(m), err
 }
-func (rt) ModuleUnload(m devrt.Module) error { return cuda.Module(m).Unload() }
-func (rt) ModuleFunction(m devrt.Module, name string) (devrt.Function, error) {
-	f, err := cuda.Module(m).Function(name)
-	return devrt.Function(f), err
-}
-
-func (rt) FunctionResources(f devrt.Function) (int, int, error) {
-	regs, err := cuda.Function(f).Attribute(cuda.FuncNumRegs)
-	local, err2 := cuda.Function(f).Attribute(cuda.FuncLocalSizeBytes)
-	if err == nil {
-		err = err2
-	}
-	return regs, local, err
-}
 
 // args is cuda.Args behind devrt.Args.
-type args struct{ a cuda.Args }
+type args = rtshared.Args[cuda.Args, *cuda.Args]
 
-func (rt) NewArgs() devrt.Args                     { return new(args) }
-func (a *args) Reset()                             { a.a.Reset() }
-func (a *args) Err() error                         { return a.a.Err() }
-func (a *args) Raw(b []byte, align int) devrt.Args { a.a.Raw(b, align); return a }
-func (a *args) Ptr(p devrt.Ptr) devrt.Args         { a.a.Ptr(p); return a }
-func (a *args) U64(v uint64) devrt.Args            { a.a.U64(v); return a }
-func (a *args) I64(v int64) devrt.Args             { a.a.I64(v); return a }
-func (a *args) U32(v uint32) devrt.Args            { a.a.U32(v); return a }
-func (a *args) I32(v int32) devrt.Args             { a.a.I32(v); return a }
-func (a *args) F32(v float32) devrt.Args           { a.a.F32(v); return a }
-func (a *args) F64(v float64) devrt.Args           { a.a.F64(v); return a }
+func (rt) NewArgs() devrt.Args { return new(args) }
 
 func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
-	var ca *cuda.Args
-	if a != nil {
-		aa, ok := a.(*args)
-		if !ok {
-			return fmt.Errorf("cudart: kernel arguments of type %T were not made by this runtime", a)
-		}
-		ca = &aa.a
+	ca, err := rtshared.Unwrap[cuda.Args, *cuda.Args](a, "cudart")
+	if err != nil {
+		return err
 	}
 	return cuda.LaunchKernel(cuda.Function(f), cuda.Dim3(grid), cuda.Dim3(block), shared, cuda.Stream(s), ca)
 }
-
-func (rt) GraphLaunch(g devrt.GraphExec, s devrt.Stream) error {
-	return cuda.GraphExec(g).Launch(cuda.Stream(s))
-}
-func (rt) GraphDestroy(g devrt.GraphExec) error { return cuda.GraphExec(g).Destroy() }
 
 func (rt) HostAlloc(n int) (devrt.HostMem, error) {
 	h, err := cuda.MemAllocHost(n)

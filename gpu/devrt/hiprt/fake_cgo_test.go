@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/rccl"
 )
@@ -65,24 +66,8 @@ func TestFakeRuntime(t *testing.T) {
 	if os.Getenv(fakeChildEnv) != "" {
 		t.Skip("in the child")
 	}
-	cc := ""
-	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
-		if p, err := exec.LookPath(c); c != "" && err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no host C compiler to build the stand-in HIP runtime")
-	}
 	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "fakehip.c"), filepath.Join(dir, "libamdhip64-fake.so.6")
-	if err := os.WriteFile(src, []byte(fakeHIPSource(t)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("building the stand-in runtime: %v\n%s", err, out)
-	}
+	lib := bindingtest.Build(t, dir, "libamdhip64-fake.so.6", "HIP runtime", fakeHIPSource(t))
 	log := filepath.Join(dir, "calls.log")
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeRuntimeChild$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), hip.LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeChildEnv+"=1",

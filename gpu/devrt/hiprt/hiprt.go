@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/gpu/devrt/rtshared"
 	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/hiprtc"
@@ -31,7 +32,9 @@ func init() { devrt.Register(Runtime) }
 // Runtime is the ROCm devrt.Runtime.
 var Runtime devrt.Runtime = rt{}
 
-type rt struct{}
+type rt struct {
+	rtshared.Ops[hip.Runtime] // streams, events, modules, functions, graphs
+}
 
 func (rt) Vendor() string  { return "rocm" }
 func (rt) CCLName() string { return "RCCL" }
@@ -137,95 +140,27 @@ func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return hip.MemcpyHtoD(d
 func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return hip.MemcpyDtoH(dst, src) }
 func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return hip.MemcpyDtoD(dst, src, n) }
 func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return hip.MemsetD8(p, v, n) }
-func (rt) SyncLegacy() error                           { return hip.Stream(0).Synchronize() }
-func (rt) StreamDestroy(s devrt.Stream) error          { return hip.Stream(s).Destroy() }
-func (rt) StreamSynchronize(s devrt.Stream) error      { return hip.Stream(s).Synchronize() }
-
-// StreamQuery is hipStreamQuery (devcomm polls it for bounded waits).
-func (rt) StreamQuery(s devrt.Stream) (bool, error) { return hip.Stream(s).Query() }
-func (rt) StreamWaitEvent(s devrt.Stream, e devrt.Event) error {
-	return hip.Stream(s).WaitEvent(hip.Event(e))
-}
 func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
 	return hip.MemcpyDtoDAsync(dst, src, n, hip.Stream(s))
-}
-
-func (rt) StreamCreate() (devrt.Stream, error) {
-	s, err := hip.StreamCreate(hip.StreamNonBlocking)
-	return devrt.Stream(s), err
-}
-
-func (rt) StreamCapturing(s devrt.Stream) (bool, error) {
-	st, err := hip.Stream(s).CaptureStatus()
-	return st == hip.CaptureActive, err
-}
-
-func (rt) EventCreate(timing bool) (devrt.Event, error) {
-	flags := hip.EventDisableTiming
-	if timing {
-		flags = hip.EventDefault
-	}
-	e, err := hip.EventCreate(flags)
-	return devrt.Event(e), err
-}
-
-func (rt) EventRecord(e devrt.Event, s devrt.Stream) error { return hip.Event(e).Record(hip.Stream(s)) }
-func (rt) EventSynchronize(e devrt.Event) error            { return hip.Event(e).Synchronize() }
-func (rt) EventDestroy(e devrt.Event) error                { return hip.Event(e).Destroy() }
-func (rt) EventElapsed(a, b devrt.Event) (float32, error) {
-	return hip.ElapsedTime(hip.Event(a), hip.Event(b))
 }
 
 func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
 	m, err := hip.ModuleLoadData(image)
 	return devrt.Module(m), err
 }
-func (rt) ModuleUnload(m devrt.Module) error { return hip.Module(m).Unload() }
-func (rt) ModuleFunction(m devrt.Module, name string) (devrt.Function, error) {
-	f, err := hip.Module(m).Function(name)
-	return devrt.Function(f), err
-}
-
-func (rt) FunctionResources(f devrt.Function) (int, int, error) {
-	regs, err := hip.Function(f).Attribute(hip.FuncNumRegs)
-	local, err2 := hip.Function(f).Attribute(hip.FuncLocalSizeBytes)
-	if err == nil {
-		err = err2
-	}
-	return regs, local, err
-}
 
 // args is hip.Args behind devrt.Args.
-type args struct{ a hip.Args }
+type args = rtshared.Args[hip.Args, *hip.Args]
 
-func (rt) NewArgs() devrt.Args                     { return new(args) }
-func (a *args) Reset()                             { a.a.Reset() }
-func (a *args) Err() error                         { return a.a.Err() }
-func (a *args) Raw(b []byte, align int) devrt.Args { a.a.Raw(b, align); return a }
-func (a *args) Ptr(p devrt.Ptr) devrt.Args         { a.a.Ptr(p); return a }
-func (a *args) U64(v uint64) devrt.Args            { a.a.U64(v); return a }
-func (a *args) I64(v int64) devrt.Args             { a.a.I64(v); return a }
-func (a *args) U32(v uint32) devrt.Args            { a.a.U32(v); return a }
-func (a *args) I32(v int32) devrt.Args             { a.a.I32(v); return a }
-func (a *args) F32(v float32) devrt.Args           { a.a.F32(v); return a }
-func (a *args) F64(v float64) devrt.Args           { a.a.F64(v); return a }
+func (rt) NewArgs() devrt.Args { return new(args) }
 
 func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
-	var ha *hip.Args
-	if a != nil {
-		aa, ok := a.(*args)
-		if !ok {
-			return fmt.Errorf("hiprt: kernel arguments of type %T were not made by this runtime", a)
-		}
-		ha = &aa.a
+	ha, err := rtshared.Unwrap[hip.Args, *hip.Args](a, "hiprt")
+	if err != nil {
+		return err
 	}
 	return hip.LaunchKernel(hip.Function(f), hip.Dim3(grid), hip.Dim3(block), shared, hip.Stream(s), ha)
 }
-
-func (rt) GraphLaunch(g devrt.GraphExec, s devrt.Stream) error {
-	return hip.GraphExec(g).Launch(hip.Stream(s))
-}
-func (rt) GraphDestroy(g devrt.GraphExec) error { return hip.GraphExec(g).Destroy() }
 
 func (rt) HostAlloc(n int) (devrt.HostMem, error) {
 	h, err := hip.MemAllocHost(n)

@@ -20,9 +20,10 @@ package ccltest
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 // LogEnv names the file the stand-in appends its calls to.
@@ -117,28 +118,7 @@ func BuildOld(t testing.TB, dir, name string) (lib, log string) {
 
 func build(t testing.TB, dir, name string, defs ...string) (lib, log string) {
 	t.Helper()
-	cc := ""
-	for _, c := range []string{os.Getenv("CC"), "gcc", "cc", "clang"} {
-		if c == "" {
-			continue
-		}
-		if p, err := exec.LookPath(c); err == nil {
-			cc = p
-			break
-		}
-	}
-	if cc == "" {
-		t.Skip("no host C compiler to build the stand-in NCCL-API library")
-	}
-	src := filepath.Join(dir, "fakeccl.c")
-	if err := os.WriteFile(src, []byte(Source), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lib = filepath.Join(dir, name)
-	args := append(append([]string{}, defs...), "-shared", "-fPIC", "-o", lib, src)
-	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("building the stand-in library: %v\n%s", err, out)
-	}
+	lib = bindingtest.Build(t, dir, name, "NCCL-API library", Source, defs...)
 	log = filepath.Join(dir, "calls.log")
 	t.Setenv(LogEnv, log)
 	return lib, log
