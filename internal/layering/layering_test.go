@@ -24,11 +24,11 @@ var floors = []struct {
 	pkgs []string
 }{
 	{"foundations", []string{"dtype", "tree", "store", "transport", "gpu/kernels", "internal/dl", "internal/kparams",
-		"internal/kcache", "internal/probefmt", "internal/agree", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
+		"internal/kcache", "internal/probefmt", "internal/agree", "internal/binding", "internal/binding/gpurt", "internal/binding/rtc", "internal/binding/bindingtest", "internal/bindgen", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
 	{"host mechanics", []string{"reduce", "transport/inproc", "transport/tcp", "launch", "internal/ring",
 		"transport/transporttest", "store/storetest"}},
-	{"host communicator", []string{"", "cluster", "parallel", "bench"}},
-	{"device runtime interface", []string{"internal/ccl", "gpu/devrt"}},
+	{"host communicator", []string{"", "cluster", "parallel", "bench", "transport/tcp/internal/leanbench"}},
+	{"device runtime interface", []string{"internal/ccl", "gpu/devrt", "gpu/devrt/rtshared"}},
 	{"vendor bindings", []string{"internal/cuda", "internal/hip", "internal/nvrtc", "internal/hiprtc", "internal/nccl",
 		"internal/rccl", "internal/cublas"}},
 	{"vendor runtimes", []string{"gpu/devrt/cudart", "gpu/devrt/hiprt", "gpu/rocm", "internal/gputest"}},
@@ -39,7 +39,7 @@ var floors = []struct {
 
 // testSupport may be imported by tests only; allowed lists the exceptions.
 var (
-	testSupport = []string{"internal/gputest", "internal/cudaemu", "internal/ccl/ccltest", "transport/transporttest", "store/storetest"}
+	testSupport = []string{"internal/binding/bindingtest", "internal/gputest", "internal/cudaemu", "internal/ccl/ccltest", "transport/transporttest", "store/storetest"}
 	allowed     = map[[2]string]bool{{"gpu/devverify", "internal/gputest"}: true}
 )
 
