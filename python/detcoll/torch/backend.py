@@ -310,15 +310,43 @@ def _complete(fut, op):
 _WorkBase = getattr(dist, "Work", None) or torch._C._distributed_c10d.Work
 
 
+class _Live:
+    """Keeps Work objects alive until C++ has used them.
+
+    torch 1.13's Work trampoline finds the Python wait()/get_future() only
+    while the Python object lives; a Work handed to a C++ caller (DDP's
+    reducer, _verify_params_across_processes) and dropped by Python would
+    fall back to c10d's base Work::wait, which never returns. So every Work
+    is held here until its first wait() or get_future(); at most LIMIT are
+    held (the oldest completed ones are let go beyond that)."""
+
+    LIMIT = 4096
+
+    def __init__(self):
+        self._d = collections.OrderedDict()
+
+    def add(self, w):
+        self._d[id(w)] = w
+        if len(self._d) > self.LIMIT:
+            for k in [k for k, v in self._d.items() if v.is_completed()][: len(self._d) - self.LIMIT]:
+                self._d.pop(k, None)
+
+    def release(self, w):
+        self._d.pop(id(w), None)
+
+
 class Work(_WorkBase):
     """An operation of ProcessGroupDetcoll (what async_op=True returns)."""
 
-    def __init__(self, queue, op):
+    def __init__(self, queue, op, live):
         super().__init__()
         self._queue = queue
         self._op = op
+        self._live = live
+        live.add(self)
 
     def wait(self, timeout=None):
+        self._live.release(self)
         self._queue.wait(self._op)
         if self._op.exc is not None:
             raise self._op.exc
@@ -341,19 +369,25 @@ class Work(_WorkBase):
         self.wait()
 
     def get_future(self):
+        self._live.release(self)
         return self._queue.future(self._op)
 
 
 class _DoneWork(Work):
     """A Work whose operation already ran (CUDA enqueue, zero-size calls)."""
 
-    def __init__(self, result, event=None, device=None):
+    def __init__(self, result, event=None, device=None, live=None):
         _WorkBase.__init__(self)
         self._result = result
         self._event = event
         self._device = device
+        self._live = live
+        if live is not None:
+            live.add(self)
 
     def wait(self, timeout=None):
+        if self._live is not None:
+            self._live.release(self)
         if self._event is not None:
             # NCCL semantics: the current stream waits for the collective.
             torch.cuda.current_stream(self._device).wait_event(self._event)
@@ -376,6 +410,8 @@ class _DoneWork(Work):
             self._event.synchronize()
 
     def get_future(self):
+        if self._live is not None:
+            self._live.release(self)
         if self._device is not None:
             fut = torch.futures.Future(devices=[self._device])
         else:
@@ -409,6 +445,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._h = self._comm._h
         self._lib = _lib.lib()
         self._queue = _Queue(f"detcoll-pg-{rank}of{size}")
+        self._live = _Live()
         self._finalizer = weakref.finalize(self, ProcessGroupDetcoll._shutdown, self._queue, self._comm)
 
     @staticmethod
@@ -443,7 +480,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _submit(self, fn, tensors):
         """Queues fn (CPU work) and returns its Work."""
-        return Work(self._queue, self._queue.submit(fn))
+        return Work(self._queue, self._queue.submit(fn), self._live)
 
     def _call(self, name, *args):
         rc = getattr(self._lib, name)(*args)
@@ -465,7 +502,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         result = fn(host)
         for t, h in zip(tensors, host):
             t.copy_(h)
-        return _DoneWork(result if result is not None else tensors)
+        return _DoneWork(result if result is not None else tensors, live=self._live)
 
     # ---- reductions ---------------------------------------------------------
 
@@ -569,7 +606,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         op = _opt_op(opts)
         tensors = list(tensors)
         if not tensors:
-            return _DoneWork([])
+            return _DoneWork([], live=self._live)
         dt = tensors[0].dtype
         if any(t.dtype != dt for t in tensors):
             raise TypeError("detcoll allreduce_coalesced: every tensor must have the same dtype")
@@ -667,7 +704,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         works = [self.allgather([o], [i], opts) for o, i in zip(output_lists, input_list)]
-        last = works[-1] if works else _DoneWork([])
+        last = works[-1] if works else _DoneWork([], live=self._live)
         return last
 
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -972,7 +1009,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
     def _cuda_done(self, result, device):
         ev = torch.cuda.Event()
         ev.record(torch.cuda.current_stream(device))
-        return _DoneWork(result, event=ev, device=device)
+        return _DoneWork(result, event=ev, device=device, live=self._live)
 
 
 def _signed(v, dtype):
