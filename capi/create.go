@@ -393,7 +393,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 // caller's store, and connect a TCP mesh. timeout, when positive, bounds
 // every collective (and the creation, unless DETCOLL_INIT_TIMEOUT is set);
 // zero leaves DETCOLL_TIMEOUT or the default.
-func initStore(getenv func(string) string, st *cbStore, prefix string, nranks, rank int, timeout time.Duration) (c *detcoll.Comm, o *origin, err error) {
+func initStore(getenv func(string) string, st store.Store, prefix string, nranks, rank int, timeout time.Duration) (c *detcoll.Comm, o *origin, err error) {
 	defer func() {
 		if err != nil {
 			st.Close()

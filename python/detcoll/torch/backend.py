@@ -32,6 +32,7 @@ import collections
 import ctypes
 import datetime
 import os
+import sys
 import threading
 import weakref
 
@@ -45,7 +46,8 @@ __all__ = ["ProcessGroupDetcoll", "BACKEND_NAME", "create_process_group", "Secon
 
 BACKEND_NAME = "detcoll"
 
-RedOpType = dist.ReduceOp.RedOpType if hasattr(dist.ReduceOp, "RedOpType") else None
+RedOpType = dist.ReduceOp.RedOpType if hasattr(dist.ReduceOp, "RedOpType") else dist.ReduceOp
+_SUM = RedOpType.SUM
 
 
 class SecondThreadError(_errors.InvalidUsageError):
@@ -211,23 +213,31 @@ class _Op:
 
 class _Queue:
     """The group's operations in call order, run by one worker thread, or
-    by the thread that waits for one before the worker took it."""
+    by the thread that waits for one before the worker took it (then no
+    thread hop: a blocking call costs what the C call costs, plus this).
+
+    The worker is woken only when an operation becomes the head of the queue
+    unclaimed; waiters only when one they may wait for completes."""
 
     def __init__(self, name):
-        self._cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # the worker waits here
+        self._done = threading.Condition(self._lock)  # wait() waits here
+        self._waiters = 0
         self._q = collections.deque()
         self._owner = None  # thread id of the submitter of the queued ops
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn):
+    def submit(self, fn, wake=True):
         op = _Op(fn)
         me = threading.get_ident()
-        with self._cv:
+        with self._lock:
             if self._closed:
                 raise _errors.ClosedError("detcoll process group destroyed", code=_errors.CLOSED, function="submit")
-            if self._q and self._owner != me and me != self._thread.ident:
+            q = self._q
+            if q and self._owner != me and me != self._thread.ident:
                 raise SecondThreadError(
                     "detcoll: a collective was issued on this process group from a second thread while one issued "
                     "from another thread has not completed; the ranks could match them in different orders and "
@@ -235,11 +245,13 @@ class _Queue:
                     code=_errors.INVALID_USAGE,
                     function="submit",
                 )
-            if not self._q:
+            q.append(op)
+            if len(q) == 1:
                 self._owner = me
-            self._q.append(op)
-            if len(self._q) == 1:
-                self._cv.notify_all()
+                if wake:
+                    self._work.notify()
+            elif q[0].state == _PENDING:
+                self._work.notify()  # the head was not waited for after all
         return op
 
     def _run(self, op):
@@ -248,19 +260,23 @@ class _Queue:
         except BaseException as e:  # noqa: B902 - delivered to wait()
             op.exc = e
         op.fn = None
-        with self._cv:
-            self._q.popleft()
+        with self._lock:
+            q = self._q
+            q.popleft()
             op.state = _DONE
             fut = op.fut
-            self._cv.notify_all()
+            if self._waiters:
+                self._done.notify_all()
+            if q and q[0].state == _PENDING:
+                self._work.notify()
         if fut is not None:
             _complete(fut, op)
 
     def _loop(self):
         while True:
-            with self._cv:
+            with self._lock:
                 while not self._closed and (not self._q or self._q[0].state != _PENDING):
-                    self._cv.wait()
+                    self._work.wait()
                 if self._closed and not self._q:
                     return
                 if not self._q or self._q[0].state != _PENDING:
@@ -270,20 +286,22 @@ class _Queue:
             self._run(op)
 
     def wait(self, op):
-        with self._cv:
+        with self._lock:
             if op.state == _DONE:
                 return
-            inline = op.state == _PENDING and self._q and self._q[0] is op
-            if inline:
-                op.state = _RUNNING
-            else:
-                while op.state != _DONE:
-                    self._cv.wait()
+            if op.state != _PENDING or self._q[0] is not op:
+                self._waiters += 1
+                try:
+                    while op.state != _DONE:
+                        self._done.wait()
+                finally:
+                    self._waiters -= 1
                 return
+            op.state = _RUNNING  # the head, unclaimed: run it here
         self._run(op)
 
     def future(self, op):
-        with self._cv:
+        with self._lock:
             if op.fut is not None:
                 return op.fut
             op.fut = torch.futures.Future()
@@ -293,9 +311,29 @@ class _Queue:
         return op.fut
 
     def close(self):
-        with self._cv:
+        with self._lock:
             self._closed = True
-            self._cv.notify_all()
+            self._work.notify_all()
+            self._done.notify_all()
+
+
+_C10D_FILE = dist.distributed_c10d.__file__
+
+
+def _wake_worker(depth):
+    """Whether a new operation should wake the worker: not when the caller
+    `depth` frames up is torch.distributed's wrapper with async_op=False,
+    which waits at once, so the operation runs inline on its thread (waking
+    the worker would only make the two threads trade the GIL around the C
+    call). Any other caller (C++: DDP's reducer; user code; async_op=True)
+    wakes it."""
+    try:
+        f = sys._getframe(depth + 1)
+    except ValueError:
+        return True
+    if f.f_code.co_filename != _C10D_FILE:
+        return True
+    return bool(f.f_locals.get("async_op", True))
 
 
 def _complete(fut, op):
@@ -480,7 +518,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _submit(self, fn, tensors):
         """Queues fn (CPU work) and returns its Work."""
-        return Work(self._queue, self._queue.submit(fn), self._live)
+        return Work(self._queue, self._queue.submit(fn, _wake_worker(2)), self._live)
 
     def _call(self, name, *args):
         rc = getattr(self._lib, name)(*args)
@@ -587,6 +625,21 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = _opt_op(opts)
+        if len(tensors) == 1:
+            # The hot path (DDP buckets, small calls): one contiguous CPU
+            # float tensor, SUM.
+            t = tensors[0]
+            code = _FLOAT.get(t.dtype)
+            if code is not None and op == _SUM and not t.is_cuda and t.is_contiguous():
+                call, h, n, p = self._lib.detcollHostAllReduce, self._h, t.numel(), t.data_ptr() or None
+
+                def run():
+                    rc = call(p, p, n, code, h)
+                    if rc:
+                        _check(rc, "detcollHostAllReduce")
+                    return tensors
+
+                return Work(self._queue, self._queue.submit(run, _wake_worker(1)), self._live)
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "allreduce") for t in tensors]
         if self._cuda(tensors):
