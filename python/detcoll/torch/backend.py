@@ -300,6 +300,17 @@ class _Queue:
             op.state = _RUNNING  # the head, unclaimed: run it here
         self._run(op)
 
+    def drain(self):
+        """Waits until every queued operation has completed (before work
+        that does not go through the queue: CUDA enqueues, staged copies,
+        so that every rank issues its collectives in call order)."""
+        while True:
+            with self._lock:
+                if not self._q:
+                    return
+                last = self._q[-1]
+            self.wait(last)
+
     def future(self, op):
         with self._lock:
             if op.fut is not None:
@@ -536,6 +547,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         """CUDA tensors for an operation without a device call: copy to host,
         run fn on the host copies (blocking), copy back. (Not exercised in CI:
         no GPU there.)"""
+        self._queue.drain()
         host = [t.detach().to("cpu") for t in tensors]
         result = fn(host)
         for t, h in zip(tensors, host):
@@ -1055,6 +1067,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         return self._cuda_done([output], output.device)
 
     def _device_call(self, name, send, recv, count, dt, t):
+        self._queue.drain()  # queued host work first: call order across ranks
         with torch.cuda.device(t.device):
             stream = torch.cuda.current_stream(t.device).cuda_stream
             self._call(name, send, recv, count, dt, self._h, stream or None)
