@@ -140,3 +140,36 @@ func TestTorchBackend(t *testing.T) {
 	}
 	t.Logf("DDP weights digest %s in both runs", a[1])
 }
+
+// TestTorchBackendDetcollLaunch: init_process_group("detcoll") under
+// `detcoll launch` (which serves its own store and gives torch a free
+// MASTER_PORT) runs the main suite at W = 2.
+func TestTorchBackendDetcollLaunch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the launch takes about 20 seconds")
+	}
+	python, lib := setup(t)
+	root := repoRoot(t)
+	cli := filepath.Join(t.TempDir(), "detcoll")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", cli, "./cmd/detcoll")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the detcoll command: %v: %s", err, lastLines(out, 5))
+	}
+	cmd := exec.CommandContext(ctx, cli, "launch", "--standalone", "--nproc-per-node", "2", "--",
+		python, filepath.Join(root, "python", "tests", "torch_backend_check.py"), "main")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "DETCOLL_LIB="+lib, "PYTHONPATH="+filepath.Join(root, "python"),
+		"PYTHONWARNINGS=ignore", "OMP_NUM_THREADS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("detcoll launch: %v\n%s", err, lastLines(out, 60))
+	}
+	if !regexp.MustCompile(`ok main W=2 checks=[1-9]`).Match(out) {
+		t.Fatalf("the main suite did not report ok:\n%s", lastLines(out, 60))
+	}
+}
