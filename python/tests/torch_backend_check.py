@@ -1,5 +1,5 @@
 """Checks of the torch.distributed backend "detcoll", run on every rank under
-torchrun (python/torch_test.go drives it at W = 1, 2, 3, 4):
+torchrun (internal/pytorchtest drives it at W = 1, 2, 3, 4):
 
     torchrun --nproc_per_node 3 python/tests/torch_backend_check.py [suite]
 

@@ -373,15 +373,18 @@ class _Live:
 
     def __init__(self):
         self._d = collections.OrderedDict()
+        self._lock = threading.Lock()  # C++ callers may wait from their own threads
 
     def add(self, w):
-        self._d[id(w)] = w
-        if len(self._d) > self.LIMIT:
-            for k in [k for k, v in self._d.items() if v.is_completed()][: len(self._d) - self.LIMIT]:
-                self._d.pop(k, None)
+        with self._lock:
+            self._d[id(w)] = w
+            if len(self._d) > self.LIMIT:
+                for k in [k for k, v in self._d.items() if v.is_completed()][: len(self._d) - self.LIMIT]:
+                    self._d.pop(k, None)
 
     def release(self, w):
-        self._d.pop(id(w), None)
+        with self._lock:
+            self._d.pop(id(w), None)
 
 
 class Work(_WorkBase):
@@ -535,9 +538,6 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         rc = getattr(self._lib, name)(*args)
         if rc != 0:
             _check(rc, name)
-
-    def _bytes_op(self, name, *args):
-        self._call(name, *args)
 
     @staticmethod
     def _cuda(tensors):
