@@ -5,6 +5,9 @@ package main
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +141,28 @@ func TestInitStoreTimeoutJoin(t *testing.T) {
 	_, _, err := initStore(noEnv, store.Prefix(st, ""), "j", 2, 1, 300*time.Millisecond)
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+}
+
+// TestCStore compiles testdata/storetest.c: three ranks (threads) meet
+// through a C store of the caller's (detcollCommInitStore's callbacks) and
+// run the data-movement calls (Broadcast, Gather, Scatter, AllToAllv,
+// Send/Recv, Barrier) and their argument errors.
+func TestCStore(t *testing.T) {
+	gcc := needTool(t, "gcc")
+	lib, _ := buildArtifacts(t)
+	exe := filepath.Join(t.TempDir(), "storetest")
+	libDir := filepath.Dir(lib)
+	cmd := exec.Command(gcc, "-std=c11", "-D_DEFAULT_SOURCE", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread",
+		"-I", filepath.Join(repoRoot(t), "include"), "-o", exe, "testdata/storetest.c",
+		"-L", libDir, "-ldetcoll", "-Wl,-rpath,"+libDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, exe).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK\n") {
+		t.Fatalf("storetest: %v\n%s", err, out)
 	}
 }
