@@ -331,20 +331,23 @@ class _Queue:
 _C10D_FILE = dist.distributed_c10d.__file__
 
 
-def _wake_worker(depth):
-    """Whether a new operation should wake the worker: not when the caller
-    `depth` frames up is torch.distributed's wrapper with async_op=False,
-    which waits at once, so the operation runs inline on its thread (waking
-    the worker would only make the two threads trade the GIL around the C
-    call). Any other caller (C++: DDP's reducer; user code; async_op=True)
-    wakes it."""
+def _caller(depth):
+    """(wake the worker?, keep the Work alive?) for an operation requested
+    by the caller `depth` frames up (0 being _caller's caller).
+
+    torch.distributed's Python wrappers hold the Work themselves, and with
+    async_op=False wait at once: the operation then runs inline on the
+    calling thread, and waking the worker would only make the two threads
+    trade the GIL around the C call. Any other caller (C++: DDP's reducer,
+    _verify_params_across_processes; user code calling the group directly)
+    wakes the worker, and its Work is kept alive until first used (_Live)."""
     try:
         f = sys._getframe(depth + 1)
     except ValueError:
-        return True
+        return True, True
     if f.f_code.co_filename != _C10D_FILE:
-        return True
-    return bool(f.f_locals.get("async_op", True))
+        return True, True
+    return bool(f.f_locals.get("async_op", True)), False
 
 
 def _complete(fut, op):
@@ -395,10 +398,12 @@ class Work(_WorkBase):
         self._queue = queue
         self._op = op
         self._live = live
-        live.add(self)
+        if live is not None:
+            live.add(self)
 
     def wait(self, timeout=None):
-        self._live.release(self)
+        if self._live is not None:
+            self._live.release(self)
         self._queue.wait(self._op)
         if self._op.exc is not None:
             raise self._op.exc
@@ -421,7 +426,8 @@ class Work(_WorkBase):
         self.wait()
 
     def get_future(self):
-        self._live.release(self)
+        if self._live is not None:
+            self._live.release(self)
         return self._queue.future(self._op)
 
 
@@ -532,7 +538,11 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _submit(self, fn, tensors):
         """Queues fn (CPU work) and returns its Work."""
-        return Work(self._queue, self._queue.submit(fn, _wake_worker(2)), self._live)
+        return self._new_work(fn, 2)
+
+    def _new_work(self, fn, depth):
+        wake, keep = _caller(depth + 1)
+        return Work(self._queue, self._queue.submit(fn, wake), self._live if keep else None)
 
     def _call(self, name, *args):
         rc = getattr(self._lib, name)(*args)
@@ -651,7 +661,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
                         _check(rc, "detcollHostAllReduce")
                     return tensors
 
-                return Work(self._queue, self._queue.submit(run, _wake_worker(1)), self._live)
+                return self._new_work(run, 1)
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "allreduce") for t in tensors]
         if self._cuda(tensors):
