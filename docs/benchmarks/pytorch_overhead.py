@@ -9,6 +9,8 @@ blocks interleaved (S x N/100 blocks each):
 
   c_call        detcollHostAllReduce through ctypes on the tensor's pointer
                 (the baseline: what the backend cannot avoid)
+  c_call_gap    the C call after 8 us of Python busy-waiting (no backend):
+                the cost of a gap between calls, for comparison
   pg_wait       pg.allreduce([t]).wait() on the ProcessGroupDetcoll object
                 (the backend's own cost: options, Work, queue, inline run)
   dist_sync     torch.distributed.all_reduce(t) (adds torch's Python wrapper)
@@ -72,6 +74,15 @@ def main():
         if rc:
             raise RuntimeError(rc)
 
+    def c_call_gap():
+        # the C call after 8 us of Python-side busy work: what a caller that
+        # does anything between calls pays (the Go runtime's threads park in
+        # the gaps and must be woken), without the backend
+        end = time.perf_counter() + 8e-6
+        while time.perf_counter() < end:
+            pass
+        c_call()
+
     def pg_wait():
         pg.allreduce([t]).wait()
 
@@ -86,7 +97,7 @@ def main():
     def gloo_sync():
         dist.all_reduce(t, group=gloo)
 
-    variants = [("c_call", c_call, 1), ("pg_wait", pg_wait, 1), ("dist_sync", dist_sync, 1),
+    variants = [("c_call", c_call, 1), ("c_call_gap", c_call_gap, 1), ("pg_wait", pg_wait, 1), ("dist_sync", dist_sync, 1),
                 ("dist_async", dist_async, 100), ("gloo_sync", gloo_sync, 1)]
     res = interleaved(variants, a.iters, a.samples)
     if rank == 0:
@@ -95,7 +106,7 @@ def main():
         for name, v in res.items():
             q = statistics.quantiles(v, n=10)
             print(f"{name:12s} {statistics.median(v):10.2f} {q[0]:8.2f} {q[-1]:8.2f} {min(v):8.2f}")
-        for name in ("pg_wait", "dist_sync", "dist_async"):
+        for name in ("c_call_gap", "pg_wait", "dist_sync", "dist_async"):
             d = [x - y for x, y in zip(res[name], res["c_call"])]  # adjacent blocks
             q = statistics.quantiles(d, n=10)
             print(f"overhead {name} - c_call (adjacent blocks): median {statistics.median(d):.2f} us, p10 {q[0]:.2f}, p90 {q[-1]:.2f}")
