@@ -133,10 +133,13 @@ func (c *cbStore) Set(ctx context.Context, key string, value []byte) error {
 	})
 }
 
-// Get polls the get callback in slices of cbPoll until the key exists or
-// ctx is done.
+// Get polls the get callback, each call bounded by cbPoll, until the key
+// exists or ctx is done. A callback that answers "not there" sooner (a
+// non-blocking store) is asked again after a backoff of 1 ms doubling to
+// 50 ms.
 func (c *cbStore) Get(ctx context.Context, key string) ([]byte, error) {
 	buf := make([]byte, 256)
+	backoff := time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("store get %q: %w: %w", key, store.ErrTimeout, err)
@@ -147,6 +150,7 @@ func (c *cbStore) Get(ctx context.Context, key string) ([]byte, error) {
 		}
 		var n C.size_t
 		var found bool
+		start := time.Now()
 		err := c.call("get", key, func(s *C.detcoll_capi_store, k *C.char) error {
 			rc := C.detcoll_store_get(s, k, C.int(wait.Milliseconds()), bytesPtr(buf), C.size_t(len(buf)), &n)
 			switch rc {
@@ -162,6 +166,15 @@ func (c *cbStore) Get(ctx context.Context, key string) ([]byte, error) {
 			return nil, err
 		}
 		if !found {
+			if rest := backoff - time.Since(start); rest > 0 {
+				t := time.NewTimer(rest)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+				case <-t.C:
+				}
+			}
+			backoff = min(2*backoff, 50*time.Millisecond)
 			continue
 		}
 		if int(n) <= len(buf) {

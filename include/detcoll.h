@@ -191,11 +191,12 @@ detcollResult_t detcollCommInitFromEnv(detcollComm_t* comm);
  * on success and any other value (except where said) on failure. Keys are
  * NUL-terminated ASCII; values are bytes.
  *   set: stores value (len bytes) at key, replacing any value.
- *   get: waits up to timeoutMs milliseconds for key to exist. Returns 1 if
- *        it does not exist by then (the library asks again until its own
- *        deadline); else 0 with *len set to the value's full length and
- *        min(*len, cap) bytes copied to buf (the library asks again with a
- *        larger buffer when *len > cap).
+ *   get: waits at most timeoutMs milliseconds for key to exist (it may
+ *        also return at once: a non-blocking store). Returns 1 if it does
+ *        not exist (the library asks again, backing off from 1 to 50 ms,
+ *        until its own deadline); else 0 with *len set to the value's full
+ *        length and min(*len, cap) bytes copied to buf (the library asks
+ *        again with a larger buffer when *len > cap).
  *   add: adds delta to the integer at key (a missing key is 0), stored as
  *        decimal ASCII like torch's Store.add; *result is the new value.
  *   del: optional (NULL allowed): deletes key, *existed = 1 if it existed.

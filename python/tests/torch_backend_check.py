@@ -354,8 +354,14 @@ def check_groups():
             sub = subs[RANK // 2]
         ranks = [RANK - RANK % 2, RANK - RANK % 2 + 1]
         check_allreduce_small(sub, ranks)
-    # a full-world group gives the same bits as the default group
+    # a full-world group gives the same bits as the default group; rank 0
+    # joins late, so the others poll the store for its address many times
+    # (a c10d TCPStore client whose wait() timed out would be out of step
+    # with its server afterwards, breaking torch's own store barrier too)
+    if RANK == 0:
+        time.sleep(0.7)
     g3 = dist.new_group(list(range(W)), backend="detcoll")
+    dist.barrier(group=g3)
     inputs = [make(r, 100, torch.bfloat16, 1000) for r in range(W)]
     a, b = inputs[RANK].clone(), inputs[RANK].clone()
     dist.all_reduce(a)
@@ -419,7 +425,38 @@ def check_threads():
     assert out == [True], f"rank {RANK}: a collective from another thread after completion failed"
 
 
+def check_store_adapter():
+    """The store callbacks never leave torch's store client out of step: a
+    poll for a missing key (answered "not yet") followed by other requests
+    on the same client must give the right answers. (A c10d TCPStore client
+    whose wait() timed out reads the late reply as the answer to its next
+    request.)"""
+    import ctypes
+
+    from detcoll.torch.backend import _StoreAdapter
+
+    store = dist.distributed_c10d._get_default_store()
+    ad = _StoreAdapter(store)
+    buf = ctypes.create_string_buffer(64)
+    n = (ctypes.c_size_t * 1)()
+    for _ in range(3):
+        rc = ad._get(None, f"adapter/missing/{RANK}".encode(), 50, buf, 64, n)
+        CHECKS[0] += 1
+        assert rc == 1, f"rank {RANK}: a missing key gave {rc}, not 1"
+    # the key appears later (a server answers a timed-out wait then)
+    store.set(f"adapter/missing/{RANK}", b"late")
+    time.sleep(0.05)
+    key = f"adapter/count/{RANK}"
+    CHECKS[0] += 1
+    assert store.add(key, 5) == 5 and store.add(key, 2) == 7, f"rank {RANK}: the store client is out of step after polls"
+    store.set(f"adapter/v/{RANK}", b"\x00\x01xyz")
+    rc = ad._get(None, f"adapter/v/{RANK}".encode(), 50, buf, 64, n)
+    CHECKS[0] += 1
+    assert rc == 0 and n[0] == 5 and buf.raw[:5] == b"\x00\x01xyz", f"rank {RANK}: get gave {rc} {n[0]} {buf.raw[:5]!r}"
+
+
 def suite_main():
+    check_store_adapter()
     check_bad_input()
     check_allreduce()
     check_allgather()

@@ -105,6 +105,9 @@ def _ptr(t):
     return t.data_ptr() or None
 
 
+_ABSENT = b"\x00detcoll:absent\x00"
+
+
 class _StoreAdapter:
     """The detcollStore callbacks over a c10d Store. Calls are serialised
     (c10d stores are not documented as thread-safe) and every exception is
@@ -132,14 +135,28 @@ class _StoreAdapter:
             return 2
 
     def _get(self, ctx, key, timeout_ms, buf, cap, out_len):
+        # Never a blocking wait that can time out: a c10d TCPStore client
+        # whose wait() timed out is out of step with its server for good
+        # (torch 1.13: the late reply is read as the answer to the next
+        # request), and torch's own barrier shares the client. compare_set
+        # with an expected value no real one has is a non-blocking get: it
+        # returns that value when the key is missing, the key's value
+        # otherwise, and changes nothing. The library backs off between
+        # polls.
         try:
             k = key.decode()
             with self._lock:
-                try:
-                    self._store.wait([k], datetime.timedelta(milliseconds=max(1, timeout_ms)))
-                except RuntimeError:
-                    return 1  # not there yet: the library asks again until its deadline
-                v = self._store.get(k)
+                cas = getattr(self._store, "compare_set", None)
+                if cas is not None:
+                    v = cas(k, _ABSENT, _ABSENT)
+                    if v == _ABSENT:
+                        return 1
+                else:  # older torch: a bounded blocking wait
+                    try:
+                        self._store.wait([k], datetime.timedelta(milliseconds=max(1, timeout_ms)))
+                    except RuntimeError:
+                        return 1
+                    v = self._store.get(k)
             out_len[0] = len(v)
             if v and cap:
                 ctypes.memmove(buf, v, min(len(v), cap))
