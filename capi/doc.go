@@ -54,8 +54,9 @@
 // Caller's stores (detcollCommInitStore): the caller passes a detcollStore,
 // C callbacks set/get/add/del over a key-value store it already has (the
 // torch backend passes torch's c10d Store this way). storecb.go copies the
-// struct and wraps it as a store.Store (get is polled in slices of 200 ms,
-// so cancellation and deadlines stay the library's); the ranks then connect
+// struct and wraps it as a store.Store (get is polled, each call bounded by
+// 200 ms and a non-blocking answer followed by a backoff of 1 to 50 ms, so
+// cancellation and deadlines stay the library's); the ranks then connect
 // the TCP mesh under the caller's prefix, after checking through one
 // counter that no more than nranks ranks join it. The callbacks are used
 // until the communicator is destroyed (device attach needs the store).
