@@ -386,3 +386,72 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 	o.release = release
 	return c, o, nil
 }
+
+// ---- communicators from a caller's store (detcollCommInitStore) ---------
+
+// initStore is detcollCommInitStore: ranks meet under prefix in st, the
+// caller's store, and connect a TCP mesh. timeout, when positive, bounds
+// every collective (and the creation, unless DETCOLL_INIT_TIMEOUT is set);
+// zero leaves DETCOLL_TIMEOUT or the default.
+func initStore(getenv func(string) string, st store.Store, prefix string, nranks, rank int, timeout time.Duration) (c *detcoll.Comm, o *origin, err error) {
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	if nranks < 1 {
+		return nil, nil, argError("nranks %d is not positive", nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, nil, argError("rank %d is not in [0, %d)", rank, nranks)
+	}
+	if prefix == "" {
+		return nil, nil, argError("prefix is empty (it names the communicator in the store)")
+	}
+	opts, err := commOptions(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if timeout > 0 {
+		opts = append(opts, detcoll.WithTimeout(timeout))
+	}
+	acc, err := accumulateEnv(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	initTimeout := defaultInitTimeout
+	if timeout > 0 {
+		initTimeout = timeout
+	}
+	if initTimeout, err = durationEnv(getenv, envInitTimeout, initTimeout); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), initTimeout)
+	defer cancel()
+	// Ranks that disagree on nranks would wait for each other's addresses
+	// until the timeout: check first, through one counter per rank count.
+	n, err := st.Add(ctx, prefix+"/nranks/"+strconv.Itoa(nranks), 1)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rank %d of %d joining under %q: %w", rank, nranks, prefix, err)
+	}
+	if n > int64(nranks) {
+		return nil, nil, usageError("rank %d: more than nranks=%d ranks joined under %q (two callers with the same rank, or a prefix used twice)", rank, nranks, prefix)
+	}
+	t, err := tcp.Connect(ctx, st, prefix, rank, nranks, tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: initTimeout})
+	if err != nil {
+		return nil, nil, fmt.Errorf("rank %d of %d connecting under %q: %w", rank, nranks, prefix, err)
+	}
+	if c, err = detcoll.New(t, opts...); err != nil {
+		t.Close()
+		return nil, nil, err
+	}
+	lr, lw := envLocal(getenv, rank, nranks)
+	return c, &origin{
+		release: func(bool) error { return st.Close() },
+		store:   st,
+		env:     launch.Env{Rank: rank, WorldSize: nranks, LocalRank: lr, LocalWorldSize: lw},
+		prefix:  prefix,
+		acc:     acc,
+		uid:     true, // the GPU of device calls: the caller's current device, as for unique ids
+	}, nil
+}

@@ -51,6 +51,21 @@
 // ("detcoll/world/<n>/..."). The store is released (cluster.Job.Close) when
 // the last of them is destroyed.
 //
+// Caller's stores (detcollCommInitStore): the caller passes a detcollStore,
+// C callbacks set/get/add/del over a key-value store it already has (the
+// torch backend passes torch's c10d Store this way). storecb.go copies the
+// struct and wraps it as a store.Store (get is polled, each call bounded by
+// 200 ms and a non-blocking answer followed by a backoff of 1 to 50 ms, so
+// cancellation and deadlines stay the library's); the ranks then connect
+// the TCP mesh under the caller's prefix, after checking through one
+// counter that no more than nranks ranks join it. The callbacks are used
+// until the communicator is destroyed (device attach needs the store).
+//
+// Data movement (exports_more.go): Broadcast, Scatter, Gather, AllToAllv,
+// Send/Recv and Barrier on host memory, over the Go API's Comm methods
+// (movement.go of package detcoll for AllToAll, Gather, Send, Recv); every
+// datatype is accepted, only its size matters.
+//
 // Device collectives: detcollAllReduce, detcollAllGather and
 // detcollReduceScatter check their arguments, then dispatch to the device
 // backend registered with registerDeviceBackend (from an init function of a

@@ -184,6 +184,46 @@ detcollResult_t detcollCommInitRank(detcollComm_t* comm, int nranks, detcollUniq
  * process cannot join again (detcollInvalidUsage). */
 detcollResult_t detcollCommInitFromEnv(detcollComm_t* comm);
 
+/* A key-value store of the caller's, for detcollCommInitStore: the ranks
+ * meet through it instead of a store of detcoll's (python/detcoll/torch
+ * passes torch.distributed's c10d Store this way). The library calls the
+ * callbacks from its own threads, possibly several at once; each returns 0
+ * on success and any other value (except where said) on failure. Keys are
+ * NUL-terminated ASCII; values are bytes.
+ *   set: stores value (len bytes) at key, replacing any value.
+ *   get: waits at most timeoutMs milliseconds for key to exist (it may
+ *        also return at once: a non-blocking store). Returns 1 if it does
+ *        not exist (the library asks again, backing off from 1 to 50 ms,
+ *        until its own deadline); else 0 with *len set to the value's full
+ *        length and min(*len, cap) bytes copied to buf (the library asks
+ *        again with a larger buffer when *len > cap).
+ *   add: adds delta to the integer at key (a missing key is 0), stored as
+ *        decimal ASCII like torch's Store.add; *result is the new value.
+ *   del: optional (NULL allowed): deletes key, *existed = 1 if it existed.
+ * ctx is passed to every callback unchanged. */
+typedef struct {
+  void* ctx;
+  int (*set)(void* ctx, const char* key, const void* value, size_t len);
+  int (*get)(void* ctx, const char* key, int timeoutMs, void* buf, size_t cap, size_t* len);
+  int (*add)(void* ctx, const char* key, int64_t delta, int64_t* result);
+  int (*del)(void* ctx, const char* key, int* existed);
+} detcollStore;
+
+/* Creates rank `rank` of a communicator of nranks ranks that meet in the
+ * caller's store under the key prefix `prefix` (every rank passes the same
+ * prefix; a prefix names one communicator: use a fresh one for each). Each
+ * rank publishes the address of its TCP listener there and connects a mesh
+ * (no port of detcoll's own besides those listeners). The struct is copied;
+ * the callbacks and ctx must stay valid until the communicator is destroyed
+ * (device collectives use the store on their first call). timeoutMs > 0
+ * bounds every collective (overriding DETCOLL_TIMEOUT) and the creation
+ * (unless DETCOLL_INIT_TIMEOUT is set); 0 keeps the environment's or the
+ * default (5 min). Device collectives use the calling thread's current GPU,
+ * as for detcollCommInitRank. More than nranks ranks joining under one
+ * prefix is detcollInvalidUsage. */
+detcollResult_t detcollCommInitStore(detcollComm_t* comm, int nranks, int rank, const detcollStore* store,
+                                     const char* prefix, int64_t timeoutMs);
+
 /* Number of ranks of comm. */
 detcollResult_t detcollCommCount(const detcollComm_t comm, int* count);
 /* This process's rank in comm. */
@@ -242,6 +282,43 @@ detcollResult_t detcollHostAllGather(const void* sendbuff, void* recvbuff, size_
                                      detcollDataType_t datatype, detcollComm_t comm);
 detcollResult_t detcollHostReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                          detcollDataType_t datatype, detcollComm_t comm);
+
+/* Data movement and synchronisation on host memory (no arithmetic: every
+ * bit arrives as sent; every datatype is accepted, its size is all that
+ * matters). Matched and validated across ranks like the collectives above
+ * (Send/Recv between their two ranks only). They block until this rank's
+ * part is complete.
+ *
+ * Broadcast: count elements of root's buf into buf on every rank.
+ * Scatter: block r (recvcount elements) of root's sendbuff (nranks*recvcount;
+ *   ignored elsewhere, may be NULL) into rank r's recvbuff.
+ * Gather: every rank's sendcount elements into root's recvbuff (nranks *
+ *   sendcount, rank r's block at r*sendcount; ignored elsewhere, may be
+ *   NULL).
+ * AllToAllv: block p of sendbuff (sendcounts[p] elements at element offset
+ *   sdispls[p]) goes to rank p, which receives it as its block r of recvbuff
+ *   (recvcounts[r] elements at rdispls[r]); the four arrays have nranks
+ *   entries. sendcounts[p] on rank r must equal recvcounts[r] on rank p: a
+ *   disagreement is detcollMismatch on the receiver. Blocks may not overlap.
+ * Send/Recv: count elements to/from peer, matched by the peer's Recv/Send
+ *   with the same tag (>= 0) and count, in call order between the two ranks
+ *   (interleaved with their collectives in call order). Send may wait until
+ *   the peer posts the matching Recv: two ranks must not both Send to each
+ *   other first. Another tag or count is detcollMismatch on the receiver.
+ * Barrier: returns once every rank has entered it. */
+detcollResult_t detcollHostBroadcast(void* buf, size_t count, detcollDataType_t datatype, int root, detcollComm_t comm);
+detcollResult_t detcollHostScatter(const void* sendbuff, void* recvbuff, size_t recvcount, detcollDataType_t datatype,
+                                   int root, detcollComm_t comm);
+detcollResult_t detcollHostGather(const void* sendbuff, void* recvbuff, size_t sendcount, detcollDataType_t datatype,
+                                  int root, detcollComm_t comm);
+detcollResult_t detcollHostAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                                     void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
+                                     detcollDataType_t datatype, detcollComm_t comm);
+detcollResult_t detcollHostSend(const void* buff, size_t count, detcollDataType_t datatype, int peer, int tag,
+                                detcollComm_t comm);
+detcollResult_t detcollHostRecv(void* buff, size_t count, detcollDataType_t datatype, int peer, int tag,
+                                detcollComm_t comm);
+detcollResult_t detcollBarrier(detcollComm_t comm);
 
 /* Destroys comm: disconnects from its peers and frees the handle. A rank 0
  * that serves the job's store (torchrun, Slurm, Open MPI) waits, when its

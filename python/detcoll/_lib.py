@@ -15,6 +15,27 @@ UNIQUE_ID_BYTES = 128
 _NAMES = ["libdetcoll.so"] + (["libdetcoll.dylib"] if sys.platform == "darwin" else [])
 
 
+STORE_SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+STORE_GET = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_size_t),
+)
+STORE_ADD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64))
+STORE_DEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+
+
+class Store(ctypes.Structure):
+    """detcollStore: a caller's key-value store as callbacks."""
+
+    _fields_ = [
+        ("ctx", ctypes.c_void_p),
+        ("set", STORE_SET),
+        ("get", STORE_GET),
+        ("add", STORE_ADD),
+        ("delete", STORE_DEL),
+    ]
+
+
 class UniqueId(ctypes.Structure):
     """detcollUniqueId: 128 opaque bytes."""
 
@@ -58,6 +79,14 @@ def _declare(lib):
         "detcollHostAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_void_p],
         "detcollHostAllGather": [c_void_p, c_void_p, c_size_t, c_int, c_void_p],
         "detcollHostReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_void_p],
+        "detcollCommInitStore": [P(c_void_p), c_int, c_int, P(Store), ctypes.c_char_p, ctypes.c_int64],
+        "detcollHostBroadcast": [c_void_p, c_size_t, c_int, c_int, c_void_p],
+        "detcollHostScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p],
+        "detcollHostGather": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p],
+        "detcollHostAllToAllv": [c_void_p, P(c_size_t), P(c_size_t), c_void_p, P(c_size_t), P(c_size_t), c_int, c_void_p],
+        "detcollHostSend": [c_void_p, c_size_t, c_int, c_int, c_int, c_void_p],
+        "detcollHostRecv": [c_void_p, c_size_t, c_int, c_int, c_int, c_void_p],
+        "detcollBarrier": [c_void_p],
         "detcollCommDestroy": [c_void_p],
         "detcollCommAbort": [c_void_p],
     }
