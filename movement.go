@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/transport"
 )
 
@@ -12,8 +13,8 @@ import (
 // group needs besides the reductions: AllToAll (MoE dispatch), Gather and
 // point-to-point Send/Recv. None of them does arithmetic, so every bit
 // arrives as sent. They use the frame of comm.go (run, begin, fail) and the
-// message tags of their own phases below; the tag construction is kept in
-// movementTag and p2pTag only.
+// message tags of their own phases below (built by tag, and by p2pTag for
+// Send/Recv).
 
 // Tag phases and signature op codes of this file, kept clear of comm.go's
 // (which count up from 1).
@@ -28,14 +29,14 @@ const (
 	opGather
 )
 
-func movementTag(phase, th uint32) uint32 { return tag(phase, th) }
-
-// p2pTag is the tag of a Send/Recv message: the caller's tag and the length,
-// so that a Recv expecting another tag or size from that peer is
-// ErrMismatch rather than garbage.
-func p2pTag(userTag uint32, n int) uint32 {
-	h := userTag*0x9E3779B1 ^ uint32(n)*0x85EBCA77 ^ uint32(uint64(n)>>32)
-	return tag(phaseP2P, h)
+// p2pTag is the tag of a Send/Recv message: the caller's tag and the
+// length go into Sig, so that a Recv expecting another tag or size from
+// that peer is ErrMismatch rather than garbage. Point-to-point calls are not
+// numbered by the communicator's agreement (only two ranks take part, and
+// each numbers only its own calls), so Seq is 0.
+func p2pTag(userTag uint32, n int) transport.Tag {
+	h := uint64(userTag)*0x9E3779B97F4A7C15 ^ uint64(n)*0xC2B2AE3D27D4EB4F
+	return transport.Tag{Phase: phaseP2P, Sig: h}
 }
 
 // AllToAll sends sends[p] to rank p and receives rank p's message for this
@@ -65,9 +66,9 @@ func (c *Comm) AllToAll(ctx context.Context, sends, recvs [][]byte) error {
 			}
 		}
 		return signature{op: opAllToAll}, nil
-	}, func(ctx context.Context, th uint32) error {
+	}, func(ctx context.Context, call agree.Call) error {
 		copy(recvs[c.rank], sends[c.rank])
-		return c.exchange(ctx, movementTag(phaseAllToAll, th),
+		return c.exchange(ctx, tag(phaseAllToAll, call),
 			func(p int) ([]byte, bool) { return sends[p], true },
 			func(p int) ([]byte, bool) { return recvs[p], true })
 	})
@@ -92,8 +93,8 @@ func (c *Comm) Gather(ctx context.Context, send, recv []byte, root int) error {
 			}
 		}
 		return signature{op: opGather, root: int32(root), count: uint64(n)}, nil
-	}, func(ctx context.Context, th uint32) error {
-		tg := movementTag(phaseGatherRoot, th)
+	}, func(ctx context.Context, call agree.Call) error {
+		tg := tag(phaseGatherRoot, call)
 		if c.rank == root {
 			copy(recv[root*n:], send)
 			return c.exchange(ctx, tg, func(int) ([]byte, bool) { return nil, false },
