@@ -57,7 +57,7 @@ func (c *Comm) agreeOn(ctx context.Context, rec *agree.Record) (agree.Call, erro
 func (c *Comm) ipcMismatchError(m ipcMismatch) error {
 	if m.peer < 0 { // not recorded (the kernels always record it first)
 		return &agree.MismatchError{Rank: c.rank, Mine: c.call, Cause: ErrIPCMismatch,
-			MineDesc: "a peer-memory collective (the kernel recorded no details) at or before"}
+			MineDesc: "a peer-memory collective at or before this call (the kernel recorded no details)"}
 	}
 	mine := c.agree.Unfold(c.rank, m.call, m.sig)
 	return &agree.MismatchError{Rank: c.rank, Mine: mine.Call, MineDesc: mine.Desc, Cause: ErrIPCMismatch,
