@@ -42,7 +42,9 @@
 //     the call afterwards, must poison the communicator, because the ranks'
 //     sequences may no longer agree.
 //   - Put the Call in every message of the call (or, where messages carry no
-//     tag, compare it wherever the peers meet).
+//     tag, compare it wherever the peers meet). A channel of 32 bits (the
+//     device's peer-memory flags) carries Fold32(Hash) and the low 32 bits
+//     of Seq; Unfold names such a call again.
 //   - A sub-communicator (Split) has its own Agreement, from sequence 1.
 //
 // # Use
