@@ -137,11 +137,13 @@ func deviceInfo(vendor string, names []string, ccl string) bench.DeviceInfo {
 
 // ReportExtra describes the peer-memory (CUDA IPC) path of this rank for
 // the report's "extra": whether it is on (or why not), the staging memory
-// per rank and what sets the automatic choice.
+// per rank and the communicator's thresholds that set the automatic choice
+// of the peer-memory kernels (its own values, WithThresholds included).
 func (b *Backend) ReportExtra() map[string]any {
 	on, why := b.comm.IPC()
+	th := b.comm.Thresholds()
 	x := map[string]any{"ipc": on, "ipc_staging_bytes_per_rank": b.comm.IPCStagingBytes(),
-		"auto_one_shot_max_bytes": devcomm.AutoOneShotBytes}
+		"auto_one_shot_max_bytes": th.OneShotBytes, "auto_ll_max_bytes": th.LLBytes}
 	if !on {
 		x["ipc_off_because"] = why
 	}

@@ -3,75 +3,63 @@ package devcomm
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/agree"
 )
 
-// agreement is the cross-rank signature check of the communicator: the
-// first time a signature is seen it is compared across ranks over the host
-// sub-communicator (out of band, no device work); later calls with a known
-// signature cost a map look-up (none when it repeats the last one). It is
-// the whole of devcomm's copy of the check, behind one method, so that the
-// shared agreement primitive of the host communicator can replace it here
-// without touching the collectives. Used with the communicator's lock held.
-type agreement struct {
-	host      *detcoll.Comm // split off the job's communicator
-	rank      int
-	size      int
-	seen      map[signature]struct{}
-	last      signature // the last agreed signature (skips the map)
-	exchanges int64     // first sightings compared across ranks
+// The communicator's side of the agreement primitive (internal/agree, the
+// same one the host Comm uses): every call that gets past its local checks
+// is numbered (agree.Call: Seq and the 64-bit hash of its signature
+// record); the first time a record is seen every rank exchanges a proposal
+// over the host sub-communicator and every rank settles the same bytes;
+// the peer-memory kernels carry the low 32 bits of Seq and Fold32 of the
+// hash in their flags and compare them with every peer's (ipc_run.go,
+// kernels/ipc_proto.cu). The NCCL transport carries nothing: what that
+// leaves undetected is in docs/reliability.md ("Device communicator").
+
+// newAgreement is a communicator's agreement, from call 1.
+func newAgreement() *agree.Agreement {
+	return agree.New(agree.Config{
+		Describe:  func(r agree.Record) string { return decodeSig(r).String() },
+		MaxAgreed: agree.DefaultMaxAgreed,
+	})
 }
 
-func newAgreement(host *detcoll.Comm, rank, size int) *agreement {
-	return &agreement{host: host, rank: rank, size: size, seen: map[signature]struct{}{}}
-}
-
-// agree returns nil when every rank called s: at once for a signature
-// agreed before, else after comparing it across ranks (ctx bounds that).
-// A difference is detcoll.ErrMismatch naming every rank's call.
-func (a *agreement) agree(ctx context.Context, s signature) error {
-	if s == a.last {
-		return nil
+// agreeOn numbers the call with record rec and, the first time this Comm
+// sees rec, compares it across ranks over the host sub-communicator (ctx
+// bounds that). Any error must poison the communicator: the call is
+// numbered. A difference is an *agree.MismatchError (detcoll.ErrMismatch)
+// naming every rank whose call differs, with its call number. Called with
+// c.mu held.
+func (c *Comm) agreeOn(ctx context.Context, rec *agree.Record) (agree.Call, error) {
+	call, need := c.agree.Begin(rec)
+	if !need {
+		return call, nil
 	}
-	if ctx == nil {
-		ctx = context.Background()
+	if c.size > 1 {
+		c.stats.SignatureExchanges++
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if _, ok := a.seen[s]; ok {
-		a.last = s
-		return nil
-	}
-	if a.size > 1 {
-		if err := a.compare(ctx, s); err != nil {
-			return err
+	err := c.agree.Compare(c.rank, c.size, call, rec, func(mine, all []byte) error {
+		// In place: mine is this rank's block of all.
+		if err := c.host.AllGather(ctx, mine, all, dtype.Byte); err != nil {
+			return fmt.Errorf("comparing %v (call %d) across ranks over the host communicator: %w", decodeSig(*rec), call.Seq, err)
 		}
-	}
-	a.seen[s] = struct{}{}
-	a.last = s
-	return nil
+		return nil
+	})
+	return call, err
 }
 
-func (a *agreement) compare(ctx context.Context, s signature) error {
-	var mine [sigBytes]byte
-	s.encode(mine[:])
-	all := make([]byte, sigBytes*a.size)
-	a.exchanges++
-	if err := a.host.AllGather(ctx, mine[:], all, dtype.Byte); err != nil {
-		return fmt.Errorf("comparing %v across ranks over the host communicator: %w", s, err)
+// ipcMismatchError is the error of a mismatch a peer-memory kernel found:
+// its own call and the peer's, as the flags carried them (low 32 bits of
+// the call number, folded hash), named from the agreed records. Called with
+// c.mu held.
+func (c *Comm) ipcMismatchError(m ipcMismatch) error {
+	if m.peer < 0 { // not recorded (the kernels always record it first)
+		return &agree.MismatchError{Rank: c.rank, Mine: c.call, Cause: ErrIPCMismatch,
+			MineDesc: "a peer-memory collective at or before this call (the kernel recorded no details)"}
 	}
-	var diff []string
-	for p := 0; p < a.size; p++ {
-		if ps := decodeSig(all[p*sigBytes:]); ps != s {
-			diff = append(diff, fmt.Sprintf("rank %d called %v", p, ps))
-		}
-	}
-	if diff != nil {
-		return fmt.Errorf("%w: rank %d called %v; %s", detcoll.ErrMismatch, a.rank, s, strings.Join(diff, "; "))
-	}
-	return nil
+	mine := c.agree.Unfold(c.rank, m.call, m.sig)
+	return &agree.MismatchError{Rank: c.rank, Mine: mine.Call, MineDesc: mine.Desc, Cause: ErrIPCMismatch,
+		Peers: []agree.PeerCall{c.agree.Unfold(m.peer, m.peerCall, m.peerSig)}}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/internal/ccl"
 )
 
@@ -17,7 +18,8 @@ import (
 // every collective. New and Close are in lifecycle.go, the options in
 // options.go, the algorithm choice in choose.go, the NCCL-transport
 // algorithms in ccl_*.go, the peer-memory path in ipc_*.go, the bounded
-// waits in wait.go and the signature check in agree.go.
+// waits in wait.go and the communicator's use of the agreement primitive
+// (internal/agree) in agree.go.
 
 // DevicePtr is a device address (a CUdeviceptr or hipDeviceptr_t;
 // cuda.DevicePtr and hip.DevicePtr are this type).
@@ -76,7 +78,7 @@ type Comm struct {
 	mu         sync.Mutex
 	closed     bool
 	poison     error
-	agree      *agreement
+	agree      *agree.Agreement // call numbers and agreed signatures (agree.go)
 	ws         DevicePtr
 	wsBytes    int
 	retired    []DevicePtr // old workspaces a captured graph may still use
@@ -89,7 +91,7 @@ type Comm struct {
 	stats      Stats
 	ptrs       []DevicePtr // scratch: reduce input lists
 	ipcWhy     string
-	sigHash    uint32 // flagHash of the call being enqueued (peer-memory flags)
+	call       agree.Call // the call being enqueued (its number and hash go into the peer-memory flags)
 
 	// asyncErrHook, when set (tests), stands in for ncclCommGetAsyncError.
 	asyncErrHook func() error
@@ -154,11 +156,7 @@ func (c *Comm) Thresholds() Thresholds { return c.cfg.th }
 func (c *Comm) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.stats
-	if c.agree != nil {
-		s.SignatureExchanges = c.agree.exchanges
-	}
-	return s
+	return c.stats
 }
 
 // Err returns the error that poisoned the communicator, or nil.
@@ -313,9 +311,16 @@ func (c *Comm) usable(op string) error {
 	return nil
 }
 
-// fail poisons the communicator and aborts NCCL. Called with c.mu held.
+// fail poisons the communicator and aborts NCCL. A mismatch names its
+// peer (the lowest rank whose call differs), as the host Comm's does.
+// Called with c.mu held.
 func (c *Comm) fail(op string, err error) error {
-	e := &detcoll.Error{Op: op, Rank: c.rank, Peer: -1, Err: err}
+	peer := -1
+	var me *agree.MismatchError
+	if errors.As(err, &me) && len(me.Peers) > 0 {
+		peer = me.Peers[0].Rank
+	}
+	e := &detcoll.Error{Op: op, Rank: c.rank, Peer: peer, Err: err}
 	if c.poison == nil {
 		c.poison = e
 		c.abortMu.Lock()
@@ -426,14 +431,14 @@ func (c *Comm) run(ctx context.Context, k call) error {
 	if err != nil {
 		return &detcoll.Error{Op: k.name, Rank: c.rank, Peer: -1, Err: err}
 	}
-	if err := c.agree.agree(ctx, sig); err != nil {
-		if ctx != nil && err == ctx.Err() {
-			return &detcoll.Error{Op: k.name, Rank: c.rank, Peer: -1, Err: err}
-		}
+	if ctx != nil && ctx.Err() != nil { // refused before it is numbered
+		return &detcoll.Error{Op: k.name, Rank: c.rank, Peer: -1, Err: ctx.Err()}
+	}
+	rec := sig.record()
+	if c.call, err = c.agreeOn(ctx, &rec); err != nil {
 		return c.fail(k.name, err)
 	}
 	ipc := c.ipc != nil && (cc.alg == detcoll.OneShot || cc.alg == detcoll.TwoShot)
-	c.sigHash = sig.flagHash()
 	// The enqueue itself can block (ncclGroupEnd connects to peers
 	// lazily, and waits for a dead one): when ctx ends first, Abort
 	// unblocks it and the call fails, poisoning the communicator.

@@ -97,8 +97,14 @@
 // misaligned pointer, overlapping buffers, a count that does not split as
 // the layout needs) return an error wrapping detcoll.ErrInvalidArgument
 // before anything is enqueued; the Comm stays usable. A closed Comm returns
-// detcoll.ErrClosed. Ranks that called different collectives (found when a
-// new signature is compared) get detcoll.ErrMismatch. Any NCCL or CUDA
+// detcoll.ErrClosed. Ranks that called different collectives get
+// detcoll.ErrMismatch, an *agree.MismatchError (internal/agree, the host
+// Comm's agreement primitive) naming every rank's call and call number:
+// found when a new signature is compared across ranks over the host
+// sub-communicator, and by the peer-memory kernels (below); on the NCCL
+// path a validated call carries nothing, so a difference there shows only
+// at the next comparison (docs/reliability.md, "Device communicator", has
+// what each path catches). Any NCCL or CUDA
 // failure poisons the Comm: its NCCL communicator is aborted and every later
 // call returns detcoll.ErrPoisoned wrapping the cause. Errors are
 // *detcoll.Error values naming the operation and the rank.
@@ -125,7 +131,8 @@
 //
 // lifecycle.go (New, Close, Abort), options.go (Option, CallOption, the
 // environment), choose.go (Thresholds and the automatic choice), agree.go
-// and signature.go (the cross-rank signature check), comm.go (state, the
+// and signature.go (the signature record and the agreement: call numbers,
+// the cross-rank comparison, mismatch errors), comm.go (state, the
 // workspace, the frame of every call), collectives.go (the calls and their
 // argument checks, args.go), ccl_*.go (the NCCL-transport algorithms),
 // ipc_*.go and kernels/ipc*.cu (the peer-memory protocol and its kernels),
@@ -186,10 +193,14 @@
 // like the others; every device wait is bounded (WithIPCTimeout) and a
 // timeout poisons the communicator with ErrIPCTimeout, reported by the next
 // call or Synchronize; Close meets every rank before freeing the staging.
-// Every launch carries the call's signature hash, which the kernels compare
-// with every peer's: ranks that called different collectives at the same
-// point (e.g. two already-validated collectives in different orders) get
-// detcoll.ErrMismatch (ErrIPCMismatch) instead of each other's data. A CUDA
+// Every launch carries the call's identity (the low 32 bits of its call
+// number and the folded signature hash), which the kernels compare with
+// every peer's: ranks that called different collectives at the same point
+// (e.g. two already-validated collectives in different orders), or the same
+// one under different call numbers, get detcoll.ErrMismatch (an
+// *agree.MismatchError with cause ErrIPCMismatch) instead of each other's
+// data. A graph replays the call numbers of its capture, so every rank
+// replays where its peers replay. A CUDA
 // graph of peer-memory collectives shares the staging and its sequence
 // counter with the eager calls: launch it with LaunchGraph, which orders it
 // after the previous call and before the next one.

@@ -14,6 +14,7 @@ import (
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
+	"github.com/detcoll/detcoll/internal/agree"
 	"github.com/detcoll/detcoll/internal/cudaemu"
 	"github.com/detcoll/detcoll/internal/gputest"
 	"github.com/detcoll/detcoll/reduce"
@@ -43,12 +44,14 @@ static unsigned long long dc_emu_now_ns() {
 
 // stdin (int64 little endian): W, ncoll, cap, timeout_ns, dead_rank,
 // dead_coll, procs, dead_mode, then every rank's order of the collectives
-// (W × ncoll indices); per collective: op, tcode, nt, in_bytes, out_bytes,
+// (W × ncoll indices), then every rank's call numbers (W × ncoll: the
+// number its j-th call carries, a.call); per collective: op, tcode, nt, in_bytes, out_bytes,
 // in_stride, out_stride, inplace, mis_in, mis_out, lag_rank, lag_us, sig,
 // npieces, then per
 // piece in_off, out_off, count, slot, base, grid; then the inputs (collective
 // major, rank minor). stdout: the outputs in the same order, then each
-// rank's host error word (u32).
+// rank's first 8 host words (u32: the error word, the abort word and the
+// mismatch record, ipcHost*).
 const ipcEmuMain = `
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -107,8 +110,9 @@ int main() {
 	int w = (int)rd(); long long ncoll = rd(), cap = rd(), timeout = rd(), dead_rank = rd(), dead_coll = rd();
 	long long procs = rd();  // ranks as processes (fork) instead of threads
 	g_dead_mode = rd(); g_dead = (int)dead_rank; g_dead_coll = dead_coll;
-	std::vector<std::vector<long long> > order(w, std::vector<long long>(ncoll));
+	std::vector<std::vector<long long> > order(w, std::vector<long long>(ncoll)), calls(w, std::vector<long long>(ncoll));
 	for (int r = 0; r < w; r++) for (long long k = 0; k < ncoll; k++) order[r][k] = rd();
+	for (int r = 0; r < w; r++) for (long long k = 0; k < ncoll; k++) calls[r][k] = rd();
 	std::vector<coll> cs(ncoll);
 	for (auto& c : cs) {
 		c.op = rd(); c.tc = rd(); c.nt = rd(); c.in_bytes = rd(); c.out_bytes = rd(); c.in_stride = rd(); c.out_stride = rd();
@@ -130,7 +134,7 @@ int main() {
 	}
 	std::vector<char*> stage(w);
 	for (int r = 0; r < w; r++) stage[r] = zalloc(DC_IPC_HDR + 2 * cap);
-	unsigned* herr = (unsigned*)zalloc(4 * w);
+	unsigned* herr = (unsigned*)zalloc(64 * w);  // 16 words per rank, as ipcHostBytes
 	unsigned* habort = (unsigned*)zalloc(4 * w);
 	auto rank_main = [&](int r) {
 		for (long long j = 0; j < ncoll; j++) {
@@ -147,7 +151,8 @@ int main() {
 				a.in = c.in[r] + p.in_off; a.out = c.out[r] + p.out_off;
 				a.count = p.count; a.in_stride = c.in_stride; a.out_stride = c.out_stride;
 				a.cap = cap; a.slot = p.slot; a.base = p.base; a.timeout_ns = timeout;
-				a.herr = &herr[r]; a.habort = &habort[r]; a.rank = r; a.w = w; a.sig = (unsigned)c.sig;
+				a.herr = &herr[16 * r]; a.habort = &habort[r]; a.rank = r; a.w = w; a.sig = (unsigned)c.sig;
+				a.call = (unsigned)calls[r][j];
 				blockfn fn = pickfn(c.op, c.tc, w);
 				std::vector<std::thread> blocks;
 				for (int b = 0; b < (int)p.grid; b++) blocks.emplace_back([&, b]() { fn(a, b, (int)p.grid, (int)c.nt); });
@@ -172,7 +177,7 @@ int main() {
 	}
 	for (auto& c : cs)
 		for (int r = 0; r < w; r++) fwrite(c.out[r], 1, c.out_bytes, stdout);
-	for (int r = 0; r < w; r++) fwrite(&herr[r], 4, 1, stdout);
+	for (int r = 0; r < w; r++) fwrite(&herr[16 * r], 4, 8, stdout);
 	return 0;
 }
 `
@@ -201,6 +206,7 @@ type emuRun struct {
 	procs     bool    // ranks as processes (fork) instead of threads
 	deadMode  int     // 0: the dead rank stops calling; 1: its process exits between collectives; 2: in the middle of one
 	order     [][]int // per rank, the order it calls the collectives (nil: 0, 1, …)
+	calls     [][]int // per rank, the call number of its j-th call (nil: j+1, as the agreement numbers them)
 	w         int
 	geom      ipcGeom
 	nt        int
@@ -210,18 +216,20 @@ type emuRun struct {
 	colls     []*emuColl
 	outs      [][][]byte // [coll][rank]
 	errs      []uint32
+	words     [][8]uint32 // per rank, the first host words (errs[r] is words[r][0])
 	elapsed   time.Duration
 	tcodeOf   map[[2]int]int
 	launchLog []ipcPiece
 }
 
-// sigHash stands for the collective's signature hash (the same on every
-// rank for the same collective).
+// sigHash stands for the collective's folded signature hash (the same on
+// every rank for the same collective), as ipcRun passes it.
 func (c *emuColl) sigHash() uint32 {
 	if c.sig != 0 {
 		return c.sig
 	}
-	return signature{op: collOp(c.op) + 1, dt: uint8(c.dt), acc: uint8(c.acc), count: uint64(c.count)}.flagHash()
+	rec := signature{op: collOp(c.op) + 1, dt: uint8(c.dt), acc: uint8(c.acc), count: uint64(c.count)}.record()
+	return agree.Fold32(agree.Hash(&rec))
 }
 
 func emuTCode(dt dtype.DType, acc detcoll.Accumulate) int {
@@ -254,6 +262,15 @@ func (e *emuRun) run(t *testing.T, bin string) {
 				put(e.order[r][k])
 			} else {
 				put(k)
+			}
+		}
+	}
+	for r := 0; r < e.w; r++ {
+		for k := range e.colls {
+			if e.calls != nil {
+				put(e.calls[r][k])
+			} else {
+				put(k + 1)
 			}
 		}
 	}
@@ -326,9 +343,16 @@ func (e *emuRun) run(t *testing.T, bin string) {
 			e.outs[i][r], res = res[:n], res[n:]
 		}
 	}
+	if len(res) != 32*e.w {
+		t.Fatalf("emulator output: %d bytes of host words, want %d", len(res), 32*e.w)
+	}
 	e.errs = make([]uint32, e.w)
+	e.words = make([][8]uint32, e.w)
 	for r := range e.errs {
-		e.errs[r] = binary.LittleEndian.Uint32(res[4*r:])
+		for i := range e.words[r] {
+			e.words[r][i] = binary.LittleEndian.Uint32(res[32*r+4*i:])
+		}
+		e.errs[r] = e.words[r][0]
 	}
 }
 

@@ -109,7 +109,7 @@ func runOneGPU(t *testing.T, dev *gpu.Device, e *emuRun) {
 		if mod, err = rt.ModuleLoad(prog.Image); err != nil {
 			return err
 		}
-		host, err = rt.HostAlloc(8 * w)
+		host, err = rt.HostAlloc(ipcHostBytes * w)
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,7 @@ func runOneGPU(t *testing.T, dev *gpu.Device, e *emuRun) {
 	for r := 0; r < w; r++ {
 		st := &ipcState{rt: rt, args: rt.NewArgs(), geom: e.geom, timeout: e.timeout, host: host, fns: fns, stage: stage}
 		st.a = ipcArgs{stage: stage, capacity: int64(e.geom.capacity), timeoutNS: int64(e.timeout),
-			herr: st.hostPtr(8 * r), habort: st.hostPtr(8*r + 4), rank: int32(r), w: int32(w)}
+			herr: st.hostPtr(ipcHostBytes*r + ipcHostErr), habort: st.hostPtr(ipcHostBytes*r + ipcHostAbort), rank: int32(r), w: int32(w)}
 		ranks[r] = st
 	}
 	type bufs struct{ in, out DevicePtr }
@@ -181,7 +181,7 @@ func runOneGPU(t *testing.T, dev *gpu.Device, e *emuRun) {
 	e.errs = make([]uint32, w)
 	e.outs = make([][][]byte, len(e.colls))
 	for r := 0; r < w; r++ {
-		e.errs[r] = atomic.LoadUint32(ranks[r].word(8 * r))
+		e.errs[r] = atomic.LoadUint32(ranks[r].word(ipcHostBytes*r + ipcHostErr))
 	}
 	for i, c := range e.colls {
 		n := c.count * c.dt.Size()

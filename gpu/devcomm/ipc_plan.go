@@ -55,11 +55,12 @@ var ErrIPCTimeout = errors.New("a peer did not arrive within the IPC timeout")
 // peer-memory kernels (Close of a poisoned communicator).
 var ErrIPCAborted = errors.New("IPC waits aborted by the host")
 
-// ErrIPCMismatch is the cause (wrapped, with detcoll.ErrMismatch) when a
-// peer-memory kernel met a peer running another collective at the same
-// point of the sequence (the signature hash in the peer's flags differs):
-// the ranks called collectives in different orders.
-var ErrIPCMismatch = errors.New("a peer ran another collective at this point (signature hash in the IPC flags differs)")
+// ErrIPCMismatch is the cause (the Cause of an *agree.MismatchError,
+// which matches detcoll.ErrMismatch) when a peer-memory kernel met a peer
+// running another call at the same point of the sequence: the call number
+// or the signature hash in the peer's flags differs, so the ranks called
+// collectives in different orders, or one made a call the other did not.
+var ErrIPCMismatch = errors.New("a peer ran another call at this point (its call number or signature hash in the IPC flags differs)")
 
 type ipcOp uint8
 
@@ -218,7 +219,8 @@ type ipcArgs struct {
 	timeoutNS            int64
 	herr, habort         DevicePtr
 	rank, w              int32
-	sig                  uint32 // the call's signature hash (signature.flagHash)
+	sig                  uint32 // agree.Fold32 of the call's signature hash
+	call                 uint32 // the low 32 bits of the call's number (agree.Call.Seq)
 }
 
 func (a *ipcArgs) encode(b []byte) {
@@ -235,7 +237,7 @@ func (a *ipcArgs) encode(b []byte) {
 	le.PutUint32(b[o:], uint32(a.rank))
 	le.PutUint32(b[o+4:], uint32(a.w))
 	le.PutUint32(b[o+8:], a.sig)
-	le.PutUint32(b[o+12:], 0)
+	le.PutUint32(b[o+12:], a.call)
 }
 
 // ipcRecord is what every rank publishes at set-up.

@@ -2,12 +2,14 @@ package devcomm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu/devrt"
+	"github.com/detcoll/detcoll/internal/agree"
 )
 
 // Running the peer-memory path: one launch per piece of a collective, the
@@ -27,13 +29,13 @@ func (st *ipcState) launch(s Stream, name string, grid int) error {
 
 // ipcRun enqueues op over total elements of esz bytes (AG: bytes, esz 1)
 // in pieces; inStride and outStride are the RS input and AG output block
-// strides in bytes. Every launch carries the call's signature hash, which
-// the kernels compare with every peer's. Called inside c.dev.Do with c.mu
-// held.
+// strides in bytes. Every launch carries the call's identity (the low 32
+// bits of its number and agree.Fold32 of its signature hash), which the
+// kernels compare with every peer's. Called inside c.dev.Do with c.mu held.
 func (c *Comm) ipcRun(s Stream, op ipcOp, dt dtype.DType, acc detcoll.Accumulate, send, recv DevicePtr, total, esz, inStride, outStride int) error {
 	st := c.ipc
 	name := ipcKernelName(op, dt, acc)
-	st.a.sig = c.sigHash
+	st.a.sig, st.a.call = agree.Fold32(c.call.Hash), uint32(c.call.Seq)
 	for i, k := 0, st.geom.pieces(op, esz, total); i < k; i++ {
 		p := st.geom.piece(op, esz, total, i)
 		st.a.in, st.a.out = send.Add(p.off*esz), recv.Add(p.off*esz)
@@ -137,11 +139,22 @@ func (c *Comm) closeIPC(drained bool) error {
 	return c.dev.Do(func() error { return st.free() })
 }
 
-// ipcCheck returns the error a kernel recorded as a poisoning error.
-// Called with c.mu held.
+// ipcCheck returns the error a kernel recorded as a poisoning error: a
+// mismatch as an *agree.MismatchError naming both calls. Called with c.mu
+// held.
 func (c *Comm) ipcCheck(op string) error {
-	if err := c.ipc.failed(); err != nil {
+	if err := c.ipcError(); err != nil {
 		return c.fail(op, err)
 	}
 	return nil
+}
+
+// ipcError is the error a kernel recorded, with a mismatch's calls named
+// from the agreement. Called with c.mu held.
+func (c *Comm) ipcError() error {
+	err := c.ipc.failed()
+	if errors.Is(err, ErrIPCMismatch) {
+		return c.ipcMismatchError(c.ipc.mismatch())
+	}
+	return err
 }

@@ -29,7 +29,7 @@ type ipcState struct {
 	bytes   int
 	stage   [ipcMaxW]DevicePtr
 	opened  []DevicePtr
-	host    devrt.HostMem // u32 [0] error word (device writes), [1] abort word (host writes)
+	host    devrt.HostMem // u32 words, see ipcHost*
 	rt      devrt.Runtime
 	mod     devrt.Module
 	fns     map[string]devrt.Function
@@ -153,7 +153,7 @@ func (st *ipcState) allocate() error {
 	if err := st.rt.MemsetD8(p, 0, st.bytes); err != nil {
 		return err
 	}
-	if st.host, err = st.rt.HostAlloc(64); err != nil {
+	if st.host, err = st.rt.HostAlloc(ipcHostBytes); err != nil {
 		return err
 	}
 	clear(st.host.Bytes)
@@ -214,7 +214,7 @@ func (st *ipcState) open(c *Comm, rec func(p int) []byte) error {
 		st.fns[name] = fn
 	}
 	st.a = ipcArgs{stage: st.stage, capacity: int64(st.geom.capacity), timeoutNS: int64(st.timeout),
-		herr: st.hostPtr(0), habort: st.hostPtr(4), rank: int32(c.rank), w: int32(c.size)}
+		herr: st.hostPtr(ipcHostErr), habort: st.hostPtr(ipcHostAbort), rank: int32(c.rank), w: int32(c.size)}
 	return nil
 }
 
@@ -226,12 +226,28 @@ func (st *ipcState) word(off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&st.host.Bytes[off]))
 }
 
-// failed is the error a kernel recorded, or nil.
+// The host-mapped words of a rank (u32, byte offsets; dc_ipc.herr points
+// at the first): the error code the kernels record and the abort word the
+// host sets, then what the first block to find a mismatch saw (written
+// before the code, the peer word last).
+const (
+	ipcHostErr      = 0  // DC_IPC_ERR_* (device writes)
+	ipcHostAbort    = 4  // non-zero: every wait gives up (host writes)
+	ipcHostPeer     = 8  // the peer whose line differed, plus 1 (0: none recorded)
+	ipcHostPeerCall = 12 // the peer's line: low 32 bits of its call number
+	ipcHostPeerSig  = 16 // … and its folded signature hash
+	ipcHostCall     = 20 // this rank's call that found it: low 32 bits of its number
+	ipcHostSig      = 24 // … and its folded signature hash
+	ipcHostBytes    = 64 // allocated per rank
+)
+
+// failed is the error a kernel recorded, or nil. It reads only the error
+// code (no lock needed): ipcError names a mismatch's calls.
 func (st *ipcState) failed() error {
 	if st == nil || st.host.Len() == 0 {
 		return nil
 	}
-	switch atomic.LoadUint32(st.word(0)) {
+	switch code := atomic.LoadUint32(st.word(ipcHostErr)); code {
 	case 0:
 		return nil
 	case 2:
@@ -241,14 +257,33 @@ func (st *ipcState) failed() error {
 	case 4:
 		return fmt.Errorf("%w: %w", detcoll.ErrMismatch, ErrIPCMismatch)
 	default:
-		return fmt.Errorf("IPC kernel error %d", atomic.LoadUint32(st.word(0)))
+		return fmt.Errorf("IPC kernel error %d", code)
 	}
+}
+
+// ipcMismatch is what the first block of a rank to find a mismatch saw:
+// peer's line (peerCall, peerSig) where its own call (call, sig) was
+// expected. peer is -1 when nothing was recorded.
+type ipcMismatch struct {
+	peer                         int
+	peerCall, peerSig, call, sig uint32
+}
+
+// mismatch reads the mismatch record (after failed reported one).
+func (st *ipcState) mismatch() ipcMismatch {
+	p := atomic.LoadUint32(st.word(ipcHostPeer))
+	if p == 0 || int(p) > ipcMaxW {
+		return ipcMismatch{peer: -1, call: atomic.LoadUint32(st.word(ipcHostCall)), sig: atomic.LoadUint32(st.word(ipcHostSig))}
+	}
+	return ipcMismatch{peer: int(p) - 1,
+		peerCall: atomic.LoadUint32(st.word(ipcHostPeerCall)), peerSig: atomic.LoadUint32(st.word(ipcHostPeerSig)),
+		call: atomic.LoadUint32(st.word(ipcHostCall)), sig: atomic.LoadUint32(st.word(ipcHostSig))}
 }
 
 // abort makes every waiting kernel of this rank give up.
 func (st *ipcState) abort() {
 	if st != nil && st.host.Len() > 0 {
-		atomic.StoreUint32(st.word(4), 1)
+		atomic.StoreUint32(st.word(ipcHostAbort), 1)
 	}
 }
 

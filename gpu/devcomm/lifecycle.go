@@ -78,7 +78,7 @@ func New(ctx context.Context, job *cluster.Job, opts ...Option) (*Comm, error) {
 		return nil, fmt.Errorf("devcomm: New: splitting the host communicator: %w", err)
 	}
 	c.host = host
-	c.agree = newAgreement(host, rank, size)
+	c.agree = newAgreement()
 	if err := c.agreeDevices(ctx, lerr); err != nil {
 		c.closeLocal()
 		return nil, err
@@ -357,6 +357,9 @@ func (c *Comm) drain(ctx context.Context) error {
 	}
 	for _, s := range streams {
 		if err := c.waitStream(ctx, s); err != nil {
+			if ierr := c.ipcError(); ierr != nil && errors.Is(err, ErrIPCMismatch) {
+				err = ierr // names the calls
+			}
 			if c.poison == nil {
 				c.poison = &detcoll.Error{Op: "Close", Rank: c.rank, Peer: -1, Err: err}
 			}

@@ -7,11 +7,14 @@ import (
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/agree"
 )
 
 // signature identifies a collective call: every rank must call the same
-// signatures in the same order. agreement (agree.go) compares it across
-// ranks; its hash also travels in the peer-memory flags (ipc_run.go).
+// signatures in the same order. Its record (the first 36 bytes of an
+// agree.Record, the rest zero) is what the agreement (agree.go) numbers,
+// hashes and compares; the fold of the hash travels in the peer-memory
+// flags (ipc_run.go).
 type signature struct {
 	op       collOp
 	dt       uint8
@@ -24,45 +27,26 @@ type signature struct {
 	chunk    uint64
 }
 
-const sigBytes = 40
+// sigBytes is the part of the record a signature uses.
+const sigBytes = 36
 
-func (s signature) encode(b []byte) {
+// record is s encoded as an agreement record.
+func (s signature) record() agree.Record {
+	var r agree.Record
+	b := r[:sigBytes]
 	b[0], b[1], b[2], b[3], b[4] = uint8(s.op), s.dt, s.acc, s.alg, s.gather
 	binary.LittleEndian.PutUint32(b[8:], s.lanes)
 	binary.LittleEndian.PutUint64(b[12:], s.count)
 	binary.LittleEndian.PutUint64(b[20:], s.laneHash)
 	binary.LittleEndian.PutUint64(b[28:], s.chunk)
-	binary.LittleEndian.PutUint32(b[36:], 0xD1CE)
+	return r
 }
 
-func decodeSig(b []byte) signature {
+func decodeSig(r agree.Record) signature {
+	b := r[:]
 	return signature{op: collOp(b[0]), dt: b[1], acc: b[2], alg: b[3], gather: b[4],
 		lanes: binary.LittleEndian.Uint32(b[8:]), count: binary.LittleEndian.Uint64(b[12:]),
 		laneHash: binary.LittleEndian.Uint64(b[20:]), chunk: binary.LittleEndian.Uint64(b[28:])}
-}
-
-// hash is the full 64-bit FNV-1a hash of the encoded signature (written
-// out: no allocation per call).
-func (s signature) hash() uint64 {
-	var b [sigBytes]byte
-	s.encode(b[:])
-	h := uint64(14695981039346656037)
-	for _, x := range b {
-		h ^= uint64(x)
-		h *= 1099511628211
-	}
-	return h
-}
-
-// flagHash is the 32 bits of the hash that the peer-memory kernels
-// compare (folded, never 0: 0 is the value of a line nobody wrote).
-func (s signature) flagHash() uint32 {
-	h := s.hash()
-	v := uint32(h) ^ uint32(h>>32)
-	if v == 0 {
-		v = 1
-	}
-	return v
 }
 
 func (s signature) String() string {

@@ -3,18 +3,17 @@ package devcomm
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/cluster"
-	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/internal/cuda"
 )
 
-// Tests that need no GPU: argument checks, layouts, signatures, inputs.
+// Tests that need no GPU: argument checks, layouts, inputs (signatures and
+// the agreement: agree_test.go).
 
 func TestCheckBuf(t *testing.T) {
 	cases := []struct {
@@ -127,21 +126,6 @@ func TestCallOptions(t *testing.T) {
 	}
 }
 
-func TestSignatureRoundTrip(t *testing.T) {
-	s := signature{op: opReduceScatterMany, dt: uint8(dtype.BF16), acc: 1, alg: 2, gather: 1, lanes: 3, count: 1<<40 + 5, laneHash: laneHash([]int{1, 2, 3}), chunk: 64 << 20}
-	var b [sigBytes]byte
-	s.encode(b[:])
-	if got := decodeSig(b[:]); got != s {
-		t.Fatalf("decode(encode(%v)) = %v", s, got)
-	}
-	if laneHash([]int{1, 2}) == laneHash([]int{2, 1}) {
-		t.Error("lane hash ignores the order")
-	}
-	if s.String() == "" {
-		t.Error("empty signature string")
-	}
-}
-
 func TestNewRejectsEmptyJob(t *testing.T) {
 	if _, err := New(context.Background(), nil); !errors.Is(err, detcoll.ErrInvalidArgument) {
 		t.Fatalf("New(nil job) = %v", err)
@@ -168,28 +152,4 @@ func TestNewWithoutGPU(t *testing.T) {
 		t.Fatal("New succeeded without a GPU")
 	}
 	t.Logf("New without a GPU: %v", err)
-}
-
-// TestSignatureHash: the hash is FNV-1a of the encoding, differs between
-// signatures that differ in one field, and the flag hash is never 0.
-func TestSignatureHash(t *testing.T) {
-	a := signature{op: opAllReduce, dt: uint8(dtype.FP32), count: 1843427}
-	b := a
-	b.dt, b.count = uint8(dtype.BF16), 3686854 // same bytes, another call
-	var enc [sigBytes]byte
-	a.encode(enc[:])
-	h := fnv.New64a()
-	h.Write(enc[:])
-	if a.hash() != h.Sum64() {
-		t.Fatalf("hash %#x, FNV-1a %#x", a.hash(), h.Sum64())
-	}
-	if a.hash() == b.hash() || a.flagHash() == b.flagHash() {
-		t.Fatal("two signatures share a hash")
-	}
-	if a.flagHash() == 0 || b.flagHash() == 0 {
-		t.Fatal("a flag hash is 0")
-	}
-	if n := testing.AllocsPerRun(100, func() { _ = a.flagHash() }); n != 0 {
-		t.Fatalf("flagHash allocates %v times", n)
-	}
 }

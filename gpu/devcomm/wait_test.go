@@ -143,7 +143,7 @@ func fakeComm(t *testing.T, waitTO time.Duration) (*Comm, *fakeRT) {
 		t.Fatal(err)
 	}
 	cfg.waitTO = waitTO
-	c := &Comm{rt: rt, dev: dev, stream: 11, side: 12, cfg: cfg, rank: 0, size: 1, agree: newAgreement(nil, 0, 1),
+	c := &Comm{rt: rt, dev: dev, stream: 11, side: 12, cfg: cfg, rank: 0, size: 1, agree: newAgreement(),
 		ws: 0x1000, wsBytes: 4096}
 	return c, rt
 }

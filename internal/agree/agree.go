@@ -42,7 +42,9 @@
 //     the call afterwards, must poison the communicator, because the ranks'
 //     sequences may no longer agree.
 //   - Put the Call in every message of the call (or, where messages carry no
-//     tag, compare it wherever the peers meet).
+//     tag, compare it wherever the peers meet). A channel of 32 bits (the
+//     device's peer-memory flags) carries Fold32(Hash) and the low 32 bits
+//     of Seq; Unfold names such a call again.
 //   - A sub-communicator (Split) has its own Agreement, from sequence 1.
 //
 // # Use
@@ -293,6 +295,27 @@ func (a *Agreement) Peer(rank int, peer Call, exchanging bool) PeerCall {
 		return pc
 	}
 	pc.Desc = fmt.Sprintf("a collective unknown here (signature hash %#016x)", peer.Hash)
+	return pc
+}
+
+// Unfold names a call that travelled on a channel narrower than the
+// message tag, which carries only the low 32 bits of the call number and
+// Fold32 of the hash (the device's peer-memory flags). The call number is
+// the one nearest to Seq with those low bits (exact while the two are
+// within 2³¹ calls); the hash and the description are those of the agreed
+// record that owns the fold, the only one that can (Settle keeps folds
+// distinct). A fold no agreed record owns (a record left uncached after a
+// collision, or one agreed before the cache was emptied) gives Hash 0 and
+// Known false. rank is the rank that made the call, this one included.
+func (a *Agreement) Unfold(rank int, seq32, fold uint32) PeerCall {
+	seq := a.seq + uint64(int64(int32(seq32-uint32(a.seq))))
+	pc := PeerCall{Rank: rank, Call: Call{Seq: seq}}
+	if r, ok := a.owner32[fold]; ok {
+		pc.Call.Hash = a.agreed[r]
+		pc.Desc, pc.Known = a.Describe(&r), true
+		return pc
+	}
+	pc.Desc = fmt.Sprintf("a collective unknown here (folded signature hash %#08x)", fold)
 	return pc
 }
 

@@ -265,3 +265,28 @@ func TestFold32NeverZero(t *testing.T) {
 		t.Fatal("Fold32 is not the xor of the halves")
 	}
 }
+
+// Unfold recovers a call from the 32 bits of its number and the fold of its
+// hash that the device flags carry: the nearest call number (also across a
+// 2³² boundary), the agreed record that owns the fold, or "unknown".
+func TestUnfold(t *testing.T) {
+	as := group(1, Config{Describe: describe})
+	x := rec("AllReduce(fp32, 8)")
+	settleAll(as, same(1, x))
+	a := as[0]
+	for _, cs := range []struct {
+		at   uint64 // the Agreement's sequence number
+		low  uint32 // the low bits on the channel
+		want uint64
+	}{{5, 5, 5}, {5, 3, 3}, {5, 9, 9}, {1 << 32, 0xFFFFFFFF, 1<<32 - 1}, {1<<32 - 1, 1, 1<<32 + 1}} {
+		a.seq = cs.at
+		pc := a.Unfold(2, cs.low, Fold32(Hash(x)))
+		if pc.Rank != 2 || pc.Call.Seq != cs.want || pc.Call.Hash != Hash(x) || !pc.Known || pc.Desc != "AllReduce(fp32, 8)" {
+			t.Errorf("at %d, low %#x: %+v, want call %d of x", cs.at, cs.low, pc, cs.want)
+		}
+	}
+	pc := a.Unfold(1, uint32(a.seq), 0x1234)
+	if pc.Known || pc.Call.Hash != 0 || !strings.Contains(pc.Desc, "unknown here (folded signature hash 0x00001234)") {
+		t.Errorf("an unowned fold: %+v", pc)
+	}
+}

@@ -14,8 +14,11 @@
 //   ctl[0] = seq              the number of IPC calls completed
 //   ctl[1] = started          blocks of the running call that have read ctl[0]
 //   ctl[2] = err              device-side copy of the error word
+//   ctl[3]                    claimed by the first block to report a mismatch
 //   sigline[parity][src]      u64 {seq, signature hash}, written by rank src's
 //                             block 0 at the start of every call (parity seq & 1)
+//   callline[parity][src]     u64 {seq, call number}, written just before
+//                             sigline[parity][src]
 //
 // Protocol. All traffic between GPUs is stores into a peer's staging buffer
 // (posted writes, one NVLink hop), never loads. Block b of a call only ever
@@ -30,15 +33,23 @@
 // flag of the call in between from every peer, that is after every peer has
 // finished the call that read it.
 //
-// Signatures. Every call carries the 32-bit hash of its collective's
-// signature (a.sig). Block 0 publishes {seq, sig} into every peer's
-// sigline at its start; a block that sees a peer's sigline of this sequence
-// number with another hash (when a flag arrives, while it waits, and in the
-// LL kernels' last step) records DC_IPC_ERR_MISMATCH: two ranks called
-// different collectives at this point (e.g. two already-validated
-// collectives in different orders), which would otherwise pair up and read
-// each other's data. A peer is at most one call ahead (its next call needs
-// this rank's data), so the two parities never hold a newer line.
+// Signatures. Every call carries its identity from the host's agreement
+// (internal/agree): the 32-bit fold of its signature hash (a.sig) and the
+// low 32 bits of its call number (a.call). Block 0 publishes {seq, call}
+// into every peer's callline and then {seq, sig} into its sigline (both
+// release) at its start; a block that sees a peer's sigline of this sequence number
+// with another hash, or whose callline then holds another call number
+// (when a flag arrives, while it waits, and in the LL kernels' last step),
+// records DC_IPC_ERR_MISMATCH: two ranks called different collectives at
+// this point (e.g. two already-validated collectives in different orders),
+// or one rank made a call the other did not (one that launched no
+// peer-memory kernel), which would otherwise pair up and read each other's
+// data. The call number is a kernel argument, so a graph replays the
+// numbers of its capture: every rank must replay where its peers replay.
+// A healthy peer is at most one call ahead (its next call needs this
+// rank's data), so the two parities never hold a newer line; a failed peer
+// may run ahead (its later calls return at once), but both lines name
+// their sequence number, so a newer one is never compared as this call's.
 //
 // Faults. Every wait is bounded: after timeout_ns (globaltimer) or when the
 // host sets the abort word, the block records an error code in the device
@@ -70,6 +81,7 @@
 #define DC_IPC_SPIN 256                               // polls between clock checks
 
 #define DC_IPC_SIGLINES (DC_IPC_FLAGS * 4 + 64)           // byte offset of sigline[2][MAXW]
+#define DC_IPC_CALLLINES (DC_IPC_SIGLINES + 2 * DC_IPC_MAXW * 8)  // byte offset of callline[2][MAXW] (u64)
 
 enum { DC_IPC_ERR_TIMEOUT = 1, DC_IPC_ERR_ABORT = 2, DC_IPC_ERR_PEER = 3, DC_IPC_ERR_MISMATCH = 4 };
 
@@ -84,12 +96,12 @@ struct dc_ipc {
     long long slot;            // bytes of one slot in a half
     long long base;            // offset of slot 0 in a half (the LL area for LL kernels)
     long long timeout_ns;
-    unsigned* herr;                  // host-mapped error word
+    unsigned* herr;                  // host-mapped error word, then the mismatch record (herr[2..6])
     const volatile unsigned* habort;  // host-mapped abort word
     int rank;
     int w;
-    unsigned sig;  // the call's signature hash (never 0)
-    unsigned pad_;
+    unsigned sig;   // the call's folded signature hash (never 0 from the host)
+    unsigned call;  // the low 32 bits of the call's number
 };
 
 // ---- memory-model primitives ----
@@ -100,6 +112,10 @@ __device__ __forceinline__ void dc_st_release(unsigned* p, unsigned v) { __atomi
 __device__ __forceinline__ void dc_fence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 __device__ __forceinline__ unsigned long long dc_now_ns() { return dc_emu_now_ns(); }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return __atomic_fetch_add(p, 1u, __ATOMIC_ACQ_REL); }
+__device__ __forceinline__ unsigned dc_atomic_cas(unsigned* p, unsigned cmp, unsigned v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return cmp;
+}
 __device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 __device__ __forceinline__ void dc_st_release64(unsigned long long* p, unsigned long long v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 #define DC_IPC_PAUSE() dc_emu_pause()
@@ -114,6 +130,7 @@ __device__ __forceinline__ void dc_fence_system() { __threadfence_system(); }
 // wall_clock64 counts at a constant 100 MHz on CDNA GPUs.
 __device__ __forceinline__ unsigned long long dc_now_ns() { return (unsigned long long)wall_clock64() * 10ull; }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return atomicAdd(p, 1u); }
+__device__ __forceinline__ unsigned dc_atomic_cas(unsigned* p, unsigned cmp, unsigned v) { return atomicCAS(p, cmp, v); }
 __device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) {
     return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
 }
@@ -137,6 +154,7 @@ __device__ __forceinline__ unsigned long long dc_now_ns() {
     return t;
 }
 __device__ __forceinline__ unsigned dc_atomic_inc(unsigned* p) { return atomicAdd(p, 1u); }
+__device__ __forceinline__ unsigned dc_atomic_cas(unsigned* p, unsigned cmp, unsigned v) { return atomicCAS(p, cmp, v); }
 __device__ __forceinline__ unsigned long long dc_ld_acquire64(const unsigned long long* p) {
     unsigned long long v;
     asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -204,6 +222,9 @@ __device__ __forceinline__ unsigned* dc_ipc_ctl(char* stage) {
 __device__ __forceinline__ unsigned long long* dc_ipc_sigline(char* stage, unsigned seq, int src) {
     return reinterpret_cast<unsigned long long*>(stage + DC_IPC_SIGLINES) + (seq & 1u) * DC_IPC_MAXW + src;
 }
+__device__ __forceinline__ unsigned long long* dc_ipc_callline(char* stage, unsigned seq, int src) {
+    return reinterpret_cast<unsigned long long*>(stage + DC_IPC_CALLLINES) + (seq & 1u) * DC_IPC_MAXW + src;
+}
 // The slots of this call in rank r's half: the LL kernels use their own
 // area of every half (a.base), where only LL lines of earlier calls (older
 // sequence numbers) are ever found, so stale data can never pass for a
@@ -254,8 +275,12 @@ __device__ __forceinline__ void dc_ipc_begin(const dc_ipc& a, dc_ipc_blk& s, int
     s.stop = *(volatile unsigned*)&ctl[2] != 0u;
     if (b == 0) {
         const unsigned long long line = ((unsigned long long)a.sig << 32) | seq;
+        const unsigned long long cline = ((unsigned long long)a.call << 32) | seq;
         for (int p = 0; p < a.w; ++p)
-            if (p != a.rank) dc_st_release64(dc_ipc_sigline(a.stage[p], seq, a.rank), line);
+            if (p != a.rank) {
+                dc_st_release64(dc_ipc_callline(a.stage[p], seq, a.rank), cline);
+                dc_st_release64(dc_ipc_sigline(a.stage[p], seq, a.rank), line);
+            }
     }
     if (dc_atomic_inc(&ctl[1]) == (unsigned)(g - 1)) {
         *(volatile unsigned*)&ctl[1] = 0u;
@@ -279,13 +304,44 @@ __device__ __forceinline__ void dc_ipc_fail(const dc_ipc& a, dc_ipc_blk& s, unsi
     s.stop = 1;
 }
 
-// dc_ipc_sigcheck compares peer p's signature line of this call with ours:
-// 1 (and the block stopped with DC_IPC_ERR_MISMATCH) when it differs, 0
-// when it matches or has not arrived yet.
+// dc_ipc_mismatch stops the block with DC_IPC_ERR_MISMATCH: peer p's line
+// of this call named call number `call` and hash `sig`. The first block of
+// the rank to find one (ctl[3]) writes both calls into the host words
+// before the error code (the peer word last, a fence before the code), so
+// the host that reads the code reads the record; the others only set the
+// device error word.
+__device__ __forceinline__ void dc_ipc_mismatch(const dc_ipc& a, dc_ipc_blk& s, int p, unsigned call, unsigned sig) {
+    unsigned* ctl = dc_ipc_ctl(a.stage[a.rank]);
+    if (dc_atomic_cas(&ctl[3], 0u, 1u) != 0u) {
+        *(volatile unsigned*)&ctl[2] = DC_IPC_ERR_MISMATCH;
+        s.stop = 1;
+        return;
+    }
+    volatile unsigned* h = a.herr;
+    h[3] = call;
+    h[4] = sig;
+    h[5] = a.call;
+    h[6] = a.sig;
+    dc_fence_system();
+    h[2] = (unsigned)p + 1u;
+    dc_fence_system();
+    dc_ipc_fail(a, s, DC_IPC_ERR_MISMATCH);
+}
+
+// dc_ipc_sigcheck compares peer p's signature line and call line of this
+// call with ours: 1 (and the block stopped with DC_IPC_ERR_MISMATCH) when
+// the hash or the call number differs, 0 when both match or a line of this
+// call has not arrived. The call line was written before the signature
+// line (release), so once the signature line of this call is seen, the
+// call line of this call (or a newer one, of a failed peer: no verdict) is
+// too.
 __device__ __forceinline__ int dc_ipc_sigcheck(const dc_ipc& a, dc_ipc_blk& s, int p) {
     const unsigned long long v = dc_ld_acquire64(dc_ipc_sigline(a.stage[a.rank], s.seq, p));
-    if ((unsigned)v != s.seq || (unsigned)(v >> 32) == a.sig) return 0;
-    dc_ipc_fail(a, s, DC_IPC_ERR_MISMATCH);
+    if ((unsigned)v != s.seq) return 0;
+    const unsigned long long c = dc_ld_acquire64(dc_ipc_callline(a.stage[a.rank], s.seq, p));
+    if ((unsigned)c != s.seq) return 0;
+    if ((unsigned)(v >> 32) == a.sig && (unsigned)(c >> 32) == a.call) return 0;
+    dc_ipc_mismatch(a, s, p, (unsigned)(c >> 32), (unsigned)(v >> 32));
     return 1;
 }
 
