@@ -181,7 +181,7 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	return t, nil
 }
 
-func nameKey(prefix string) string           { return prefix + "/shm/name" }
+func nameKey(prefix string) string          { return prefix + "/shm/name" }
 func mappedKey(prefix string, r int) string { return prefix + "/shm/mapped/" + strconv.Itoa(r) }
 
 func (t *Transport) setup(ctx context.Context) (err error) {
@@ -609,4 +609,3 @@ func (t *Transport) Sub(ctx context.Context, id uint64, ranks []int) (transport.
 	t.children[sub] = struct{}{}
 	return sub, nil
 }
-
