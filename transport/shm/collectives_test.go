@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +42,13 @@ func TestCollectivesBitIdentical(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, dt := range []dtype.DType{dtype.FP32, dtype.BF16} {
-				for _, count := range []int{1, 7, 1000*w + 3, 90_000 * w} {
+				// 40,000 elements: messages of 80–160 KB, beyond the 64 KiB
+				// small ring and the direct-copy threshold.
+				counts := []int{1, 7, 1000*w + 3, 40_000}
+				if os.Getenv("DETCOLL_LONG_TESTS") != "" {
+					counts = append(counts, 300_000*w+1)
+				}
+				for _, count := range counts {
 					t.Run(fmt.Sprintf("W=%d/%s/%v/%d", w, name, dt, count), func(t *testing.T) {
 						checkCollectives(t, ctx, comms, ref, dt, count)
 					})
