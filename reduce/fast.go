@@ -204,9 +204,7 @@ func (w *worker) block32(t task, lo, hi int) {
 			a, b := cur[p.Left][:n], cur[p.Right][:n]
 			switch {
 			case !round:
-				for k := range d {
-					d[k] = a[k] + b[k]
-				}
+				addF32(d, a, b)
 			case t.dt == dtype.BF16:
 				addRoundBF16(d, a, b)
 			default:
@@ -225,7 +223,9 @@ func (w *worker) block32(t task, lo, hi int) {
 	case dtype.FP32:
 		if aligned(ob, 4) {
 			o := u32s(ob)
-			for k, v := range res {
+			k0 := canonF32Vec(o, res)
+			for k, v := range res[k0:] {
+				k += k0
 				bits := math.Float32bits(v)
 				if v != v {
 					bits = dtype.CanonicalNaN32
@@ -262,6 +262,15 @@ func (w *worker) block32(t task, lo, hi int) {
 		for k, v := range res {
 			put16(ob[2*k:], narrow(v))
 		}
+	}
+}
+
+// addF32 is d = a + b, IEEE float32.
+func addF32(d, a, b []float32) {
+	a = a[:len(d)]
+	b = b[:len(d)]
+	for k := addF32Vec(d, a, b); k < len(d); k++ {
+		d[k] = a[k] + b[k]
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/detcoll/detcoll/transport"
@@ -34,17 +37,39 @@ const (
 type Options struct {
 	// RingBytes is the size of each ring (one per ordered pair of ranks),
 	// rounded down to a power of two, at least 64 KiB; zero means
-	// DefaultRingBytes, shrunk so that the segment stays within 1 GiB.
+	// $DETCOLL_SHM_RING_BYTES or else DefaultRingBytes, shrunk so that the
+	// segment stays within 1 GiB.
 	RingBytes int
 	// DirectBytes is the smallest message copied straight from the sender's
 	// memory when the receiver may read it (process_vm_readv); zero means
-	// DefaultDirectBytes, negative never (every byte goes through the ring).
+	// $DETCOLL_SHM_DIRECT_BYTES or else DefaultDirectBytes, negative never
+	// (every byte goes through the ring).
 	DirectBytes int
 	// ConnectTimeout bounds Connect (and Sub). Zero means 60s.
 	ConnectTimeout time.Duration
 }
 
+// Environment overrides of the zero Options fields (for tuning and benchmarks).
+const (
+	EnvRingBytes   = "DETCOLL_SHM_RING_BYTES"
+	EnvDirectBytes = "DETCOLL_SHM_DIRECT_BYTES"
+)
+
+func envInt(name string) int {
+	v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name)))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 func (o Options) withDefaults(size int) Options {
+	if o.RingBytes == 0 {
+		o.RingBytes = envInt(EnvRingBytes)
+	}
+	if o.DirectBytes == 0 {
+		o.DirectBytes = envInt(EnvDirectBytes)
+	}
 	if o.RingBytes == 0 {
 		o.RingBytes = DefaultRingBytes
 		for pairs := max(size*(size-1), 1); o.RingBytes > minRingBytes && pairs*o.RingBytes > maxSegmentBytes; {

@@ -34,7 +34,15 @@ const (
 	minSleep      = 500 * time.Microsecond
 	maxSleep      = 8 * time.Millisecond
 	livenessEvery = 16 * time.Millisecond
+	// busySpin is how long a waiter spins before sleeping when the group
+	// has no more ranks than this host has CPUs (otherwise it does not: a
+	// spinning rank would take the core its peer needs).
+	busySpin = 30 * time.Microsecond
 )
+
+var clockStart = time.Now()
+
+func nanotime() int64 { return int64(time.Since(clockStart)) }
 
 type ring struct {
 	data     []byte
@@ -113,6 +121,7 @@ type Transport struct {
 	procMu sync.Mutex
 	procs  []peerProc
 
+	spin      int64        // ns of busy spinning before a sleep (0: none)
 	life      sync.RWMutex // held shared by every Send/Recv; Close takes it to unmap
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -172,6 +181,9 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
 	if size == 1 {
 		return t, nil
+	}
+	if size <= runtime.NumCPU() {
+		t.spin = int64(busySpin)
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
 	defer cancel()
@@ -353,6 +365,17 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 	for i := 0; i < spinLoads; i++ {
 		if ready() {
 			return nil
+		}
+	}
+	if t.spin > 0 {
+		// Ranks fit on the cores: a peer that is running answers within
+		// microseconds, cheaper than a futex round trip.
+		for deadline := nanotime() + t.spin; nanotime() < deadline; {
+			for i := 0; i < spinLoads; i++ {
+				if ready() {
+					return nil
+				}
+			}
 		}
 	}
 	for i := 0; i < spinYields; i++ {
