@@ -386,6 +386,10 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 	}
 	sleep := minSleep
 	for {
+		// ready first: what a peer sent before it closed is still delivered.
+		if ready() {
+			return nil
+		}
 		if err := t.interrupted(ctx, peer, r); err != nil {
 			return err
 		}
