@@ -9,3 +9,5 @@ func addRoundBF16Vec(d, a, b []float32) int           { return 0 }
 func narrowBF16Vec(o []uint16, s []float32) int       { return 0 }
 func addF32Vec(d, a, b []float32) int                 { return 0 }
 func canonF32Vec(o []uint32, s []float32) int         { return 0 }
+func treeBF16Vec(t task, lo, hi int) int              { return 0 }
+func treeF32Vec(t task, lo, hi int) int               { return 0 }

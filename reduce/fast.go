@@ -180,7 +180,14 @@ func (w *worker) run(t task) {
 		return
 	}
 	w.grow(len(t.inputs), false)
-	for lo := t.lo; lo < t.hi; lo += blockElems {
+	lo0 := t.lo
+	switch t.dt {
+	case dtype.BF16: // W = 2, 4, 8 native: one fused pass, the tree in registers
+		lo0 += treeBF16Vec(t, t.lo, t.hi)
+	case dtype.FP32:
+		lo0 += treeF32Vec(t, t.lo, t.hi)
+	}
+	for lo := lo0; lo < t.hi; lo += blockElems {
 		w.block32(t, lo, min(lo+blockElems, t.hi))
 	}
 }
