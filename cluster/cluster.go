@@ -1,7 +1,18 @@
 // Package cluster turns a process started by `detcoll launch`, torchrun,
 // Slurm or Open MPI into a rank of a detcoll communicator: it reads the
 // environment (launch.FromEnv), meets the other ranks through the rendezvous
-// store (launch.Rendezvous) and connects them over TCP (transport/tcp).
+// store (launch.Rendezvous) and connects them over shared memory
+// (transport/shm) when every rank is on this host, over TCP (transport/tcp)
+// otherwise.
+//
+// Transport choice: DETCOLL_TRANSPORT (or Options.Transport) is "auto" (the
+// default), "shm" or "tcp". Under auto every rank publishes its HostID
+// (host name, boot id, the /dev/shm file system and the pid namespace) under
+// prefix+"/host/<rank>" and reads all of them; when all are equal the ranks
+// connect over shm, and if any rank cannot set the segment up (every rank
+// learns it together, shm.ErrUnavailable) all of them use TCP. "shm" fails
+// instead of falling back; "tcp" skips the host check. docs/shm.md has the
+// measurements behind the default.
 //
 // Environment: see package launch for the rank variables and the store
 // address rule (detcoll's store never takes torch's MASTER_PORT), and
@@ -21,7 +32,6 @@ import (
 	"github.com/detcoll/detcoll/launch"
 	"github.com/detcoll/detcoll/store"
 	"github.com/detcoll/detcoll/transport"
-	"github.com/detcoll/detcoll/transport/tcp"
 )
 
 // Job is this process's place in a launched job.
@@ -39,12 +49,15 @@ type Options struct {
 	Getenv func(string) string
 	// Comm options for the world communicator.
 	CommOptions []detcoll.CommOption
-	// WrapTransport, when set, wraps the TCP transport before the
+	// WrapTransport, when set, wraps the transport before the
 	// communicator takes it (tests inject faults this way).
 	WrapTransport func(transport.Transport) transport.Transport
 	// Prefix namespaces the store keys of the world communicator (default
 	// "detcoll/world"): two communicators in one job need different prefixes.
 	Prefix string
+	// Transport is "auto", "shm" or "tcp"; empty means $DETCOLL_TRANSPORT,
+	// and "auto" when that is unset too. See the package doc.
+	Transport string
 }
 
 // Init joins the job described by the environment. ctx bounds the
@@ -66,12 +79,7 @@ func Init(ctx context.Context, opt Options) (*Job, error) {
 	if prefix == "" {
 		prefix = "detcoll/world"
 	}
-	// The store's token authenticates the TCP handshake too (tcp.Options.Token).
-	topt := tcp.Options{Host: getenv("DETCOLL_TCP_HOST"), Token: env.Token}
-	if dl, ok := ctx.Deadline(); ok {
-		topt.DialTimeout = time.Until(dl) // ctx bounds the whole rendezvous, not tcp's default
-	}
-	t, err := tcp.Connect(ctx, st, prefix, env.Rank, env.WorldSize, topt)
+	t, err := connect(ctx, st, prefix, env, opt.Transport, getenv)
 	if err != nil {
 		closer()
 		return nil, fmt.Errorf("cluster: rank %d of %d connecting: %w", env.Rank, env.WorldSize, err)

@@ -67,6 +67,9 @@ func helper(mode string) int {
 	}
 	defer job.Comm.Close()
 	c := job.Comm
+	if n, ok := c.Transport().(transport.Namer); ok {
+		fmt.Println("TRANSPORT", n.Name())
+	}
 	w := c.Size()
 	switch mode {
 	case "allreduce":
@@ -184,7 +187,7 @@ type rankResult struct {
 
 // spawn runs w copies of this test binary as ranks, with a store served by
 // the test, without the launcher (so that every rank's own outcome is seen).
-func spawn(t *testing.T, mode string, w int) []rankResult {
+func spawn(t *testing.T, mode string, w int, extraEnv ...string) []rankResult {
 	t.Helper()
 	srv, err := store.Listen("127.0.0.1:0", "tok")
 	if err != nil {
@@ -199,6 +202,7 @@ func spawn(t *testing.T, mode string, w int) []rankResult {
 			"DETCOLL_RANK="+strconv.Itoa(r), "DETCOLL_WORLD_SIZE="+strconv.Itoa(w),
 			"DETCOLL_LOCAL_RANK="+strconv.Itoa(r), "DETCOLL_LOCAL_WORLD_SIZE="+strconv.Itoa(w),
 			"DETCOLL_STORE_ADDR="+srv.Addr(), "DETCOLL_TOKEN=tok")
+		cmd.Env = append(cmd.Env, extraEnv...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -220,18 +224,35 @@ func spawn(t *testing.T, mode string, w int) []rankResult {
 	return res
 }
 
+// transports are the choices every multi-process test runs under: auto
+// (which must pick shm here: every rank is on this host) and forced TCP.
+var transports = []struct{ name, env, want string }{
+	{"auto", "", "shm"},
+	{"tcp", "DETCOLL_TRANSPORT=tcp", "tcp"},
+}
+
 func TestMultiProcessAllReduce(t *testing.T) {
-	for r, res := range spawn(t, "allreduce", 3) {
-		if res.code != 0 || !strings.Contains(res.out, "OK") {
-			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
-		}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			for r, res := range spawn(t, "allreduce", 3, tr.env) {
+				if res.code != 0 || !strings.Contains(res.out, "OK") || !strings.Contains(res.out, "TRANSPORT "+tr.want) {
+					t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
+				}
+			}
+		})
 	}
 }
 
 // A rank killed in the middle of a collective: every other rank returns an
 // error within the timeout (2 s), nothing hangs.
 func TestKilledRankFailsEveryOther(t *testing.T) {
-	res := spawn(t, "kill", 4)
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { killedRankFailsEveryOther(t, tr.env) })
+	}
+}
+
+func killedRankFailsEveryOther(t *testing.T, env string) {
+	res := spawn(t, "kill", 4, env)
 	for r, rr := range res {
 		t.Logf("rank %d exit %d: %s", r, rr.code, strings.TrimSpace(rr.out))
 	}
@@ -250,20 +271,28 @@ func TestKilledRankFailsEveryOther(t *testing.T) {
 
 // Mismatched collectives in different processes: an error on every rank.
 func TestMismatchAcrossProcesses(t *testing.T) {
-	for r, res := range spawn(t, "mismatch", 3) {
-		if res.code != 0 {
-			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
-		}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			for r, res := range spawn(t, "mismatch", 3, tr.env) {
+				if res.code != 0 {
+					t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
+				}
+			}
+		})
 	}
 }
 
 // The same when some ranks run an already validated collective: the tags
 // tell them apart, and every rank still reports ErrMismatch.
 func TestMismatchAfterValidationAcrossProcesses(t *testing.T) {
-	for r, res := range spawn(t, "mismatch-cached", 3) {
-		if res.code != 0 {
-			t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
-		}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			for r, res := range spawn(t, "mismatch-cached", 3, tr.env) {
+				if res.code != 0 {
+					t.Errorf("rank %d: exit %d: %s", r, res.code, res.out)
+				}
+			}
+		})
 	}
 }
 

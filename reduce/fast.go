@@ -180,7 +180,14 @@ func (w *worker) run(t task) {
 		return
 	}
 	w.grow(len(t.inputs), false)
-	for lo := t.lo; lo < t.hi; lo += blockElems {
+	lo0 := t.lo
+	switch t.dt {
+	case dtype.BF16: // W = 2, 4, 8 native: one fused pass, the tree in registers
+		lo0 += treeBF16Vec(t, t.lo, t.hi)
+	case dtype.FP32:
+		lo0 += treeF32Vec(t, t.lo, t.hi)
+	}
+	for lo := lo0; lo < t.hi; lo += blockElems {
 		w.block32(t, lo, min(lo+blockElems, t.hi))
 	}
 }
@@ -204,9 +211,7 @@ func (w *worker) block32(t task, lo, hi int) {
 			a, b := cur[p.Left][:n], cur[p.Right][:n]
 			switch {
 			case !round:
-				for k := range d {
-					d[k] = a[k] + b[k]
-				}
+				addF32(d, a, b)
 			case t.dt == dtype.BF16:
 				addRoundBF16(d, a, b)
 			default:
@@ -225,7 +230,9 @@ func (w *worker) block32(t task, lo, hi int) {
 	case dtype.FP32:
 		if aligned(ob, 4) {
 			o := u32s(ob)
-			for k, v := range res {
+			k0 := canonF32Vec(o, res)
+			for k, v := range res[k0:] {
+				k += k0
 				bits := math.Float32bits(v)
 				if v != v {
 					bits = dtype.CanonicalNaN32
@@ -262,6 +269,15 @@ func (w *worker) block32(t task, lo, hi int) {
 		for k, v := range res {
 			put16(ob[2*k:], narrow(v))
 		}
+	}
+}
+
+// addF32 is d = a + b, IEEE float32.
+func addF32(d, a, b []float32) {
+	a = a[:len(d)]
+	b = b[:len(d)]
+	for k := addF32Vec(d, a, b); k < len(d); k++ {
+		d[k] = a[k] + b[k]
 	}
 }
 

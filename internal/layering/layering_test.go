@@ -25,7 +25,7 @@ var floors = []struct {
 }{
 	{"foundations", []string{"dtype", "tree", "store", "transport", "gpu/kernels", "internal/dl", "internal/kparams",
 		"internal/kcache", "internal/probefmt", "internal/agree", "internal/binding", "internal/binding/gpurt", "internal/binding/rtc", "internal/binding/bindingtest", "internal/bindgen", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
-	{"host mechanics", []string{"reduce", "transport/inproc", "transport/tcp", "launch", "internal/ring",
+	{"host mechanics", []string{"reduce", "transport/inproc", "transport/tcp", "transport/shm", "launch", "internal/ring",
 		"transport/transporttest", "store/storetest"}},
 	{"host communicator", []string{"", "cluster", "parallel", "bench", "transport/tcp/internal/leanbench"}},
 	{"device runtime interface", []string{"internal/ccl", "gpu/devrt", "gpu/devrt/rtshared"}},
@@ -34,7 +34,7 @@ var floors = []struct {
 	{"vendor runtimes", []string{"gpu/devrt/cudart", "gpu/devrt/hiprt", "gpu/rocm", "internal/gputest"}},
 	{"device library", []string{"gpu", "gpu/devcomm", "gpu/gpuattn", "gpu/gpuffn"}},
 	{"device tools", []string{"gpu/devverify", "gpu/devbench"}},
-	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll", "examples/allreduce", "launch/e2e", "launch/internal/testworker", "internal/torchref"}},
+	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll", "examples/allreduce", "launch/e2e", "launch/internal/testworker", "internal/torchref", "internal/pytorchtest", "docs/benchmarks/peers/collect"}},
 }
 
 // testSupport may be imported by tests only; allowed lists the exceptions.

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# docs/benchmarks/peers/run.sh: detcoll (shared memory and forced TCP), Open
+# MPI (shared memory: btl self,vader; TCP: btl self,tcp) and torch Gloo side
+# by side on this host: AllReduce, AllGather, ReduceScatter, fp32 and bf16,
+# the same per-rank sizes and world sizes, interleaved (each round runs every
+# peer once per W, in a rotated order), then one table, a plot and JSON.
+#
+#   bash docs/benchmarks/peers/run.sh [OUTDIR]          # from the repository root
+#
+# Knobs (environment): ROUNDS (3), WORLDS ("2 4"), SMALL sizes ("4096 16384
+# 65536" bytes, ITERS_SMALL iterations per sample, 20), LARGE sizes
+# ("262144 1048576 4194304 16777216 67108864", ITERS_LARGE, 3), SAMPLES per
+# run (3), PEERS (all five), NAME (the stem of the committed files,
+# peers-cpu-<date>). Sizes are detcoll's input_bytes per rank (see
+# mpi_bench.c). The median, min and max of a row are over every sample of
+# every round. detcoll rows are its `auto` algorithm.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+ROOT=$PWD
+DATE=$(date -u +%Y-%m-%d)
+OUT=${1:-/tmp/detcoll-peers-$DATE}
+ROUNDS=${ROUNDS:-3}
+WORLDS=${WORLDS:-"2 4"}
+SMALL=${SMALL:-"4096 16384 65536"}
+LARGE=${LARGE:-"262144 1048576 4194304 16777216 67108864"}
+ITERS_SMALL=${ITERS_SMALL:-20}
+ITERS_LARGE=${ITERS_LARGE:-3}
+SAMPLES=${SAMPLES:-3}
+PEERS=${PEERS:-"detcoll_shm detcoll_tcp mpi_shm mpi_tcp gloo"}
+NAME=${NAME:-peers-cpu-$DATE}
+PY=/usr/bin/python3
+export GOFLAGS=-buildvcs=false
+
+mkdir -p "$OUT/raw"
+go build -o "$OUT/detcoll" ./cmd/detcoll
+mpicc -O2 -o "$OUT/mpi_bench" docs/benchmarks/peers/mpi_bench.c
+MPIRUN=(mpirun -np)
+if [ "$(id -u)" = 0 ]; then MPIRUN=(mpirun --allow-run-as-root -np); fi
+MPIOPT=(--oversubscribe --bind-to none)
+
+{
+	echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!docs/benchmarks' || echo ' (+ uncommitted changes)')"
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) logical cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
+	echo "go: $(go version | cut -d' ' -f3); open mpi: $(mpirun --version | head -1 | awk '{print $NF}'); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_LARGE=$ITERS_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
+	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$OUT/meta.txt"
+cat "$OUT/meta.txt"
+
+port=29600
+run_peer() { # peer W group iters sizes...
+	local peer=$1 w=$2 group=$3 iters=$4
+	shift 4
+	local sizes_csv
+	sizes_csv=$(echo "$@" | tr ' ' ',')
+	local tag="$peer-w$w-$group-r$round"
+	case $peer in
+	detcoll_shm | detcoll_tcp)
+		for dt in fp32 bf16; do
+			DETCOLL_TRANSPORT=${peer#detcoll_} timeout 1200 "$OUT/detcoll" bench --device cpu --nproc-per-node "$w" \
+				--dtype "$dt" --algorithms auto --size-bytes "$sizes_csv" --iterations "$iters" --samples "$SAMPLES" \
+				--warmup 2 --output "$OUT/raw/$tag-$dt.detcoll.json" >"$OUT/raw/$tag-$dt.log" 2>&1 ||
+				echo "!! $tag $dt failed (see $OUT/raw/$tag-$dt.log)"
+		done
+		;;
+	mpi_shm | mpi_tcp)
+		local btl=self,vader
+		[ "$peer" = mpi_tcp ] && btl=self,tcp
+		timeout 1200 "${MPIRUN[@]}" "$w" "${MPIOPT[@]}" --mca btl "$btl" "$OUT/mpi_bench" -n "$peer" \
+			-i "$iters" -s "$SAMPLES" -w 2 "$@" >"$OUT/raw/$tag.jsonl" 2>"$OUT/raw/$tag.log" ||
+			echo "!! $tag failed (see $OUT/raw/$tag.log)"
+		;;
+	gloo)
+		port=$((port + 1))
+		local pids=()
+		for ((r = 0; r < w; r++)); do
+			RANK=$r WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+				timeout 1200 $PY docs/benchmarks/peers/gloo_bench.py --name gloo --iters "$iters" \
+				--samples "$SAMPLES" --warmup 2 "$@" >"$OUT/raw/$tag.rank$r.jsonl" 2>"$OUT/raw/$tag.rank$r.log" &
+			pids+=($!)
+		done
+		for p in "${pids[@]}"; do wait "$p" || echo "!! $tag failed (see $OUT/raw/$tag.rank*.log)"; done
+		mv "$OUT/raw/$tag.rank0.jsonl" "$OUT/raw/$tag.jsonl"
+		rm -f "$OUT/raw/$tag".rank*.jsonl
+		;;
+	esac
+}
+
+read -r -a peers <<<"$PEERS"
+for ((round = 1; round <= ROUNDS; round++)); do
+	for w in $WORLDS; do
+		# Rotate the order every round so no peer always runs first (or
+		# right after the same neighbour).
+		n=${#peers[@]}
+		for ((k = 0; k < n; k++)); do
+			peer=${peers[$(((k + round) % n))]}
+			echo "== round $round W=$w $peer ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
+			run_peer "$peer" "$w" small "$ITERS_SMALL" $SMALL
+			run_peer "$peer" "$w" large "$ITERS_LARGE" $LARGE
+		done
+	done
+done
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
+
+go run ./docs/benchmarks/peers/collect -in "$OUT/raw" -meta "$OUT/meta.txt" -out "docs/benchmarks/$NAME"
+echo "wrote docs/benchmarks/$NAME.{md,json,png}"

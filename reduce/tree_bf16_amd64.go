@@ -1,0 +1,87 @@
+package reduce
+
+import "unsafe"
+
+//go:noescape
+func treeF32x2AVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
+func treeF32x4AVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
+func treeF32x8AVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
+func treeBF16x2AVX2(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
+
+// treeBF16Vec reduces elements [lo, hi) of W = 2, 4 or 8 aligned bf16
+// inputs with native accumulation in one fused pass (tree_bf16_amd64.s) and
+// returns how many elements from lo it did (a multiple of 8; 0 when the
+// fused kernel does not apply).
+func treeBF16Vec(t task, lo, hi int) int {
+	w := len(t.inputs)
+	n := (hi - lo) &^ 7
+	if !useAVX2 || n == 0 || t.acc != Native || (w != 2 && w != 4 && w != 8) {
+		return 0
+	}
+	ob := t.out[lo*2 : (lo+n)*2]
+	if !aligned(ob, 2) {
+		return 0
+	}
+	var ptrs [8]*uint16
+	for r, in := range t.inputs {
+		b := in[lo*2 : (lo+n)*2]
+		if !aligned(b, 2) {
+			return 0
+		}
+		ptrs[r] = (*uint16)(unsafe.Pointer(unsafe.SliceData(b)))
+	}
+	o := (*uint16)(unsafe.Pointer(unsafe.SliceData(ob)))
+	switch w {
+	case 2:
+		treeBF16x2AVX2(o, &ptrs, n)
+	case 4:
+		treeBF16x4AVX2(o, &ptrs, n)
+	default:
+		treeBF16x8AVX2(o, &ptrs, n)
+	}
+	return n
+}
+
+// treeF32Vec is treeBF16Vec for fp32 (tree_f32_amd64.s): W = 2, 4, 8,
+// 4-byte-aligned inputs and output.
+func treeF32Vec(t task, lo, hi int) int {
+	w := len(t.inputs)
+	n := (hi - lo) &^ 7
+	if !useAVX2 || n == 0 || (w != 2 && w != 4 && w != 8) {
+		return 0
+	}
+	ob := t.out[lo*4 : (lo+n)*4]
+	if !aligned(ob, 4) {
+		return 0
+	}
+	var ptrs [8]*float32
+	for r, in := range t.inputs {
+		b := in[lo*4 : (lo+n)*4]
+		if !aligned(b, 4) {
+			return 0
+		}
+		ptrs[r] = (*float32)(unsafe.Pointer(unsafe.SliceData(b)))
+	}
+	o := (*float32)(unsafe.Pointer(unsafe.SliceData(ob)))
+	switch w {
+	case 2:
+		treeF32x2AVX2(o, &ptrs, n)
+	case 4:
+		treeF32x4AVX2(o, &ptrs, n)
+	default:
+		treeF32x8AVX2(o, &ptrs, n)
+	}
+	return n
+}

@@ -1,0 +1,143 @@
+#include "textflag.h"
+
+// Fused bf16 trees for W = 2, 4, 8, accumulate native (see
+// tree_bf16_amd64.go): eight elements at a time, every rank's input widened
+// in a register, the canonical pairwise tree evaluated in registers with
+// each node rounded to bf16 (round to nearest even on the float32 bits:
+// u + 0x7FFF + ((u>>16)&1), low half cleared), and the root narrowed with
+// canonical NaN (0x7FC0). No scratch, one pass over memory.
+//
+// Node NaNs need no blend: every operand of a node is a bf16 value (its
+// low 16 bits are zero), so a NaN sum is either an operand's NaN, quieted,
+// or the default NaN, and both have zero low bits: the rounding add cannot
+// carry out of them. The root keeps its NaN test for the canonical pattern.
+
+// WIDEN loads the 8 bf16 at (ptr)(BX*1) into reg as float32.
+#define WIDEN(ptr, reg) \
+	VPMOVZXWD (ptr)(BX*1), reg \
+	VPSLLD $16, reg, reg
+
+// NODE sets a = round_bf16(a + b); clobbers Y15.
+#define NODE(a, b) \
+	VADDPS b, a, a \
+	VPSRLD $16, a, Y15 \
+	VPAND Y11, Y15, Y15 \
+	VPADDD Y10, Y15, Y15 \
+	VPADDD a, Y15, a \
+	VPAND Y12, a, a
+
+// ROOT stores the 8 bf16 of the rounded float32 Y0 at (DI)(BX*1).
+#define ROOT \
+	VCMPPS $3, Y0, Y0, Y14 \
+	VPSRLD $16, Y0, Y0 \
+	VBLENDVPS Y14, Y13, Y0, Y0 \
+	VPACKUSDW Y0, Y0, Y0 \
+	VPERMQ $0x08, Y0, Y0 \
+	VMOVDQU X0, (DI)(BX*1)
+
+#define CONSTS \
+	MOVL $0x7FFF, AX \
+	VMOVD AX, X10 \
+	VPBROADCASTD X10, Y10 \
+	MOVL $1, AX \
+	VMOVD AX, X11 \
+	VPBROADCASTD X11, Y11 \
+	MOVL $0xFFFF0000, AX \
+	VMOVD AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	MOVL $0x7FC0, AX \
+	VMOVD AX, X13 \
+	VPBROADCASTD X13, Y13
+
+// func treeBF16x2AVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x2AVX2(SB), NOSPLIT, $0-24
+	MOVQ out+0(FP), DI
+	MOVQ ins+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ 0(SI), R8
+	MOVQ 8(SI), R9
+	CONSTS
+	XORQ BX, BX
+	SHLQ $1, CX
+loop2:
+	CMPQ BX, CX
+	JGE done2
+	WIDEN(R8, Y0)
+	WIDEN(R9, Y1)
+	NODE(Y0, Y1)
+	ROOT
+	ADDQ $16, BX
+	JMP loop2
+done2:
+	VZEROUPPER
+	RET
+
+// func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x4AVX2(SB), NOSPLIT, $0-24
+	MOVQ out+0(FP), DI
+	MOVQ ins+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ 0(SI), R8
+	MOVQ 8(SI), R9
+	MOVQ 16(SI), R10
+	MOVQ 24(SI), R11
+	CONSTS
+	XORQ BX, BX
+	SHLQ $1, CX
+loop4:
+	CMPQ BX, CX
+	JGE done4
+	WIDEN(R8, Y0)
+	WIDEN(R9, Y1)
+	WIDEN(R10, Y2)
+	WIDEN(R11, Y3)
+	NODE(Y0, Y1)
+	NODE(Y2, Y3)
+	NODE(Y0, Y2)
+	ROOT
+	ADDQ $16, BX
+	JMP loop4
+done4:
+	VZEROUPPER
+	RET
+
+// func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x8AVX2(SB), NOSPLIT, $0-24
+	MOVQ out+0(FP), DI
+	MOVQ ins+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ 0(SI), R8
+	MOVQ 8(SI), R9
+	MOVQ 16(SI), R10
+	MOVQ 24(SI), R11
+	MOVQ 32(SI), R12
+	MOVQ 40(SI), R13
+	MOVQ 48(SI), R14
+	MOVQ 56(SI), R15
+	CONSTS
+	XORQ BX, BX
+	SHLQ $1, CX
+loop8:
+	CMPQ BX, CX
+	JGE done8
+	WIDEN(R8, Y0)
+	WIDEN(R9, Y1)
+	WIDEN(R10, Y2)
+	WIDEN(R11, Y3)
+	WIDEN(R12, Y4)
+	WIDEN(R13, Y5)
+	WIDEN(R14, Y6)
+	WIDEN(R15, Y7)
+	NODE(Y0, Y1)
+	NODE(Y2, Y3)
+	NODE(Y4, Y5)
+	NODE(Y6, Y7)
+	NODE(Y0, Y2)
+	NODE(Y4, Y6)
+	NODE(Y0, Y4)
+	ROOT
+	ADDQ $16, BX
+	JMP loop8
+done8:
+	VZEROUPPER
+	RET

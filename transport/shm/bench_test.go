@@ -1,0 +1,98 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/store"
+	"github.com/detcoll/detcoll/transport"
+)
+
+// BenchmarkPingPong: one message each way per iteration between two ranks
+// of this process (bytes per second counts both directions), over the ring
+// and with direct copies.
+//
+//	go test -run '^$' -bench PingPong ./transport/shm/
+func BenchmarkPingPong(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opt  Options
+	}{{"ring", Options{DirectBytes: -1}}, {"direct", Options{}}} {
+		for _, n := range []int{4 << 10, 64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("%s/%d", mode.name, n), func(b *testing.B) {
+				ts := connectGroup(b, store.NewMemory(), uniquePrefix("bench"), 2, mode.opt)
+				defer ts[0].Close()
+				defer ts[1].Close()
+				ctx := context.Background()
+				bufs := [][]byte{make([]byte, n), make([]byte, n)}
+				done := make(chan error)
+				go func() {
+					for i := 0; i < b.N; i++ {
+						if err := ts[1].Recv(ctx, 0, transport.Tag{}, bufs[1]); err != nil {
+							done <- err
+							return
+						}
+						if err := ts[1].Send(ctx, 0, transport.Tag{}, bufs[1]); err != nil {
+							done <- err
+							return
+						}
+					}
+					done <- nil
+				}()
+				b.SetBytes(int64(2 * n))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := ts[0].Send(ctx, 1, transport.Tag{}, bufs[0]); err != nil {
+						b.Fatal(err)
+					}
+					if err := ts[0].Recv(ctx, 1, transport.Tag{}, bufs[0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAllReduce: a detcoll AllReduce (fp32, gather tree) over shm
+// between ranks of this process.
+//
+//	go test -run '^$' -bench AllReduce ./transport/shm/
+func BenchmarkAllReduce(b *testing.B) {
+	for _, w := range []int{2, 4} {
+		for _, n := range []int{4 << 10, 1 << 20} {
+			b.Run(fmt.Sprintf("W=%d/%d", w, n), func(b *testing.B) {
+				ts := connectGroup(b, store.NewMemory(), uniquePrefix("benchar"), w, Options{})
+				comms := make([]*detcoll.Comm, w)
+				for r := range comms {
+					comms[r], _ = detcoll.New(ts[r])
+					defer comms[r].Close()
+				}
+				ctx := context.Background()
+				bufs := make([][]byte, w)
+				for r := range bufs {
+					bufs[r] = make([]byte, n)
+				}
+				b.SetBytes(int64(n))
+				b.ResetTimer()
+				if err := each(comms, func(c *detcoll.Comm) error {
+					for i := 0; i < b.N; i++ {
+						if err := c.AllReduce(ctx, bufs[c.Rank()], bufs[c.Rank()], detcoll.FP32); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}

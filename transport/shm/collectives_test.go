@@ -1,0 +1,144 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/reduce"
+	"github.com/detcoll/detcoll/store"
+)
+
+// TestCollectivesBitIdentical runs AllReduce (both algorithms), AllGather
+// and ReduceScatter over shm for W = 1…5, fp32 and bf16, with counts that
+// are tiny, uneven and larger than a ring (so the ring stream and the
+// direct copies are both used), and compares raw bytes with reduce.Oracle
+// and with the in-process transport.
+func TestCollectivesBitIdentical(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for w := 1; w <= 5; w++ {
+		for name, opt := range map[string]Options{"default": {}, "smallring": {DirectBytes: -1, RingBytes: minRingBytes}} {
+			ts := connectGroup(t, store.NewMemory(), uniquePrefix("coll"), w, opt)
+			comms := make([]*detcoll.Comm, w)
+			for r := range comms {
+				c, err := detcoll.New(ts[r])
+				if err != nil {
+					t.Fatal(err)
+				}
+				comms[r] = c
+			}
+			ref, err := detcoll.NewInProc(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dt := range []dtype.DType{dtype.FP32, dtype.BF16} {
+				// 40,000 elements: messages of 80–160 KB, beyond the 64 KiB
+				// small ring and the direct-copy threshold.
+				counts := []int{1, 7, 1000*w + 3, 40_000}
+				if os.Getenv("DETCOLL_LONG_TESTS") != "" {
+					counts = append(counts, 300_000*w+1)
+				}
+				for _, count := range counts {
+					t.Run(fmt.Sprintf("W=%d/%s/%v/%d", w, name, dt, count), func(t *testing.T) {
+						checkCollectives(t, ctx, comms, ref, dt, count)
+					})
+				}
+			}
+			for r := range comms {
+				comms[r].Close()
+				ref[r].Close()
+			}
+		}
+	}
+}
+
+func each(comms []*detcoll.Comm, fn func(c *detcoll.Comm) error) error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func checkCollectives(t *testing.T, ctx context.Context, comms, ref []*detcoll.Comm, dt dtype.DType, count int) {
+	w := len(comms)
+	sz := dt.Size()
+	ins := make([][]byte, w)
+	for r := range ins {
+		ins[r] = make([]byte, count*sz)
+		bench.FillInput(ins[r], dt, 7, r, 0)
+	}
+	want := make([]byte, count*sz)
+	if err := reduce.Oracle(dt, reduce.Native, ins, want); err != nil {
+		t.Fatal(err)
+	}
+	run := func(cs []*detcoll.Comm, fn func(c *detcoll.Comm, out []byte) error, outLen int) [][]byte {
+		outs := make([][]byte, w)
+		for r := range outs {
+			outs[r] = make([]byte, outLen)
+		}
+		if err := each(cs, func(c *detcoll.Comm) error { return fn(c, outs[c.Rank()]) }); err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree} {
+		outs := run(comms, func(c *detcoll.Comm, out []byte) error {
+			return c.AllReduce(ctx, ins[c.Rank()], out, dt, detcoll.WithAlgorithm(alg))
+		}, count*sz)
+		for r, o := range outs {
+			if !bytes.Equal(o, want) {
+				t.Fatalf("AllReduce %v rank %d differs from the oracle", alg, r)
+			}
+		}
+	}
+	gather := func(c *detcoll.Comm, out []byte) error { return c.AllGather(ctx, ins[c.Rank()], out, dt) }
+	got, exp := run(comms, gather, w*count*sz), run(ref, gather, w*count*sz)
+	for r := range got {
+		if !bytes.Equal(got[r], exp[r]) || !bytes.Equal(got[r][r*count*sz:(r+1)*count*sz], ins[r]) {
+			t.Fatalf("AllGather rank %d differs from the in-process result", r)
+		}
+	}
+	// ReduceScatter of W*count elements: block r of the oracle over the
+	// whole inputs.
+	big := make([][]byte, w)
+	for r := range big {
+		big[r] = make([]byte, w*count*sz)
+		bench.FillInput(big[r], dt, 9, r, 0)
+	}
+	full := make([]byte, w*count*sz)
+	if err := reduce.Oracle(dt, reduce.Native, big, full); err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree} {
+		outs := run(comms, func(c *detcoll.Comm, out []byte) error {
+			return c.ReduceScatter(ctx, big[c.Rank()], out, dt, detcoll.WithAlgorithm(alg))
+		}, count*sz)
+		for r, o := range outs {
+			if !bytes.Equal(o, full[r*count*sz:(r+1)*count*sz]) {
+				t.Fatalf("ReduceScatter %v rank %d differs from the oracle", alg, r)
+			}
+		}
+	}
+}

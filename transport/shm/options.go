@@ -1,0 +1,102 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// Rendezvous is the part of a key-value store (such as store.Store) that
+// Connect uses.
+type Rendezvous interface {
+	Set(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// MaxRanks is the largest group Connect accepts (one ring per ordered pair:
+// the segment grows with the square of the group).
+const MaxRanks = 256
+
+// Defaults of Options.
+const (
+	DefaultRingBytes      = 1 << 20
+	DefaultDirectBytes    = 64 << 10
+	DefaultConnectTimeout = 60 * time.Second
+	minRingBytes          = 64 << 10
+	maxSegmentBytes       = 1 << 30
+)
+
+// Options tune Connect. The zero value is ready to use.
+type Options struct {
+	// RingBytes is the size of each ring (one per ordered pair of ranks),
+	// rounded down to a power of two, at least 64 KiB; zero means
+	// $DETCOLL_SHM_RING_BYTES or else DefaultRingBytes, shrunk so that the
+	// segment stays within 1 GiB.
+	RingBytes int
+	// DirectBytes is the smallest message copied straight from the sender's
+	// memory when the receiver may read it (process_vm_readv); zero means
+	// $DETCOLL_SHM_DIRECT_BYTES or else DefaultDirectBytes, negative never
+	// (every byte goes through the ring).
+	DirectBytes int
+	// ConnectTimeout bounds Connect (and Sub). Zero means 60s.
+	ConnectTimeout time.Duration
+}
+
+// Environment overrides of the zero Options fields (for tuning and benchmarks).
+const (
+	EnvRingBytes   = "DETCOLL_SHM_RING_BYTES"
+	EnvDirectBytes = "DETCOLL_SHM_DIRECT_BYTES"
+)
+
+func envInt(name string) int {
+	v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name)))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func (o Options) withDefaults(size int) Options {
+	if o.RingBytes == 0 {
+		o.RingBytes = envInt(EnvRingBytes)
+	}
+	if o.DirectBytes == 0 {
+		o.DirectBytes = envInt(EnvDirectBytes)
+	}
+	if o.RingBytes == 0 {
+		o.RingBytes = DefaultRingBytes
+		for pairs := max(size*(size-1), 1); o.RingBytes > minRingBytes && pairs*o.RingBytes > maxSegmentBytes; {
+			o.RingBytes /= 2
+		}
+	}
+	o.RingBytes = max(o.RingBytes, minRingBytes)
+	o.RingBytes = 1 << (bits.Len(uint(o.RingBytes)) - 1)
+	if o.DirectBytes == 0 {
+		o.DirectBytes = DefaultDirectBytes
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	return o
+}
+
+var (
+	// ErrUnavailable: shared memory cannot connect this group (not Linux,
+	// no /dev/shm, a rank could not create or map the segment). Every rank
+	// of the group gets it together, so all may fall back to another
+	// transport.
+	ErrUnavailable = errors.New("shm: shared memory transport unavailable")
+	// ErrBroken: a message was abandoned half way (a context expired or a
+	// rank closed in the middle of it); the pair's stream cannot be used.
+	ErrBroken = fmt.Errorf("%w: shm stream broken by an abandoned message", transport.ErrCorrupt)
+	// ErrPeerDead: the peer's process exited (or is a zombie) without
+	// closing. It matches transport.ErrPeerClosed.
+	ErrPeerDead = fmt.Errorf("%w: peer process exited", transport.ErrPeerClosed)
+)

@@ -1,0 +1,216 @@
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Segment layout (all offsets 64-byte aligned, the ring data page aligned):
+//
+//	[0, 4096)            global header: magic, version, size, ring bytes, total bytes
+//	rank blocks          one per rank: pid, start time, probe address and value,
+//	                     closed flag, then canRead[size] (1: this rank reads peer p directly)
+//	ring controls        one per ordered pair, 256 bytes: writer line, reader line, shared line
+//	ring data            one ring of ringBytes per ordered pair
+const (
+	segMagic   = 0x31_4d_53_63_64 // "dcSM1"
+	segVersion = 1
+	pageSize   = 4096
+	ctlBytes   = 256
+)
+
+// Global header fields.
+const (
+	offMagic   = 0
+	offVersion = 8
+	offSize    = 12
+	offRing    = 16
+	offTotal   = 24
+)
+
+// Rank block fields.
+const (
+	rbPid       = 0
+	rbStart     = 8
+	rbProbeAddr = 16
+	rbProbeVal  = 24
+	rbClosed    = 32
+	rbCanRead   = 64
+)
+
+// Ring control fields: the writer's line, the reader's line, then shared words.
+const (
+	rcHead        = 0   // bytes ever written (writer stores)
+	rcDataSeq     = 8   // futex word bumped after every publish of head
+	rcRecvWaiting = 12  // reader sleeps on rcDataSeq
+	rcTail        = 64  // bytes ever consumed (reader stores)
+	rcSpaceSeq    = 72  // futex word bumped after every publish of tail
+	rcSendWaiting = 76  // writer sleeps on rcSpaceSeq
+	rcBroken      = 128 // a message was abandoned half way: the stream is dead
+	rcDirect      = 132 // state of a direct (single-copy) message, futex word
+)
+
+// Direct-message states (rcDirect).
+const (
+	directIdle uint32 = iota
+	directPosted
+	directDone
+	directCancelled
+)
+
+type layout struct {
+	size      int
+	ringBytes int
+	rankBlock int
+	ranksOff  int
+	ctlOff    int
+	dataOff   int
+	total     int
+}
+
+func roundUp(n, a int) int { return (n + a - 1) / a * a }
+
+func newLayout(size, ringBytes int) layout {
+	l := layout{size: size, ringBytes: ringBytes}
+	l.rankBlock = roundUp(rbCanRead+size, 64)
+	l.ranksOff = pageSize
+	l.ctlOff = roundUp(l.ranksOff+size*l.rankBlock, pageSize)
+	pairs := size * (size - 1)
+	l.dataOff = roundUp(l.ctlOff+pairs*ctlBytes, pageSize)
+	l.total = l.dataOff + pairs*ringBytes
+	return l
+}
+
+// pair is the index of the ring from → to.
+func (l layout) pair(from, to int) int {
+	if to > from {
+		to--
+	}
+	return from*(l.size-1) + to
+}
+
+// segment is one mapping of the shared file.
+type segment struct {
+	mem  []byte
+	name string // path in /dev/shm
+	l    layout
+}
+
+func (s *segment) u64(off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&s.mem[off]))
+}
+func (s *segment) u32(off int) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[off]))
+}
+func (s *segment) rankOff(r int) int { return s.l.ranksOff + r*s.l.rankBlock }
+
+// shmDir is where segments live; tests may point it elsewhere.
+var shmDir = "/dev/shm"
+
+func segmentName(prefix string) (string, error) {
+	h := fnv.New32a()
+	h.Write([]byte(prefix))
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	return filepath.Join(shmDir, fmt.Sprintf("detcoll-%08x-%x", h.Sum32(), rnd)), nil
+}
+
+// createSegment creates, sizes and maps a new segment and writes its header.
+func createSegment(prefix string, size, ringBytes int) (*segment, error) {
+	name, err := segmentName(prefix)
+	if err != nil {
+		return nil, err
+	}
+	l := newLayout(size, ringBytes)
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	fail := func(what string, err error) (*segment, error) {
+		unix.Unlink(name)
+		return nil, fmt.Errorf("%s %s (%d bytes): %w", what, name, l.total, err)
+	}
+	if err := unix.Ftruncate(fd, int64(l.total)); err != nil {
+		return fail("sizing", err)
+	}
+	// Reserve the pages now: a full tmpfs must fail here, not as a SIGBUS
+	// on the first touch of a ring page.
+	if err := unix.Fallocate(fd, 0, 0, int64(l.total)); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fail("allocating", err)
+	}
+	mem, err := unix.Mmap(fd, 0, l.total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("mapping", err)
+	}
+	s := &segment{mem: mem, name: name, l: l}
+	binary.LittleEndian.PutUint32(mem[offVersion:], segVersion)
+	binary.LittleEndian.PutUint32(mem[offSize:], uint32(size))
+	binary.LittleEndian.PutUint64(mem[offRing:], uint64(ringBytes))
+	binary.LittleEndian.PutUint64(mem[offTotal:], uint64(l.total))
+	s.u64(offMagic).Store(segMagic) // last: the header is complete
+	return s, nil
+}
+
+// openSegment maps an existing segment and checks that its header matches
+// this rank's idea of the group.
+func openSegment(name string, size int) (*segment, error) {
+	if filepath.Dir(name) != filepath.Clean(shmDir) {
+		return nil, fmt.Errorf("segment name %q is not in %s", name, shmDir)
+	}
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Size < pageSize {
+		return nil, fmt.Errorf("segment %s has %d bytes", name, st.Size)
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", name, err)
+	}
+	s := &segment{mem: mem, name: name}
+	gotSize := int(binary.LittleEndian.Uint32(mem[offSize:]))
+	ring := int(binary.LittleEndian.Uint64(mem[offRing:]))
+	total := int(binary.LittleEndian.Uint64(mem[offTotal:]))
+	switch {
+	case s.u64(offMagic).Load() != segMagic || binary.LittleEndian.Uint32(mem[offVersion:]) != segVersion:
+		err = fmt.Errorf("segment %s has no detcoll header (version %d)", name, segVersion)
+	case gotSize != size:
+		err = fmt.Errorf("segment %s is for %d ranks, this rank expects %d", name, gotSize, size)
+	case ring <= 0 || ring&(ring-1) != 0 || newLayout(size, ring).total != total || total != int(st.Size):
+		err = fmt.Errorf("segment %s has an inconsistent layout", name)
+	}
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, err
+	}
+	s.l = newLayout(size, ring)
+	return s, nil
+}
+
+func (s *segment) unmap() {
+	if s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+}
+
+// unlink removes the name; the memory stays until the last mapping goes.
+func (s *segment) unlink() { os.Remove(s.name) }
