@@ -202,17 +202,13 @@ func TestVersionAndCommit(t *testing.T) {
 func TestBenchReportsNodes(t *testing.T) {
 	bin := buildDetcoll(t)
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for node 0's store
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port, storePort := freeTCPPort(t), freeTCPPort(t) // torch's port and node 0's store
 	node := func(rank string, out string) *exec.Cmd {
 		args := append([]string{"launch", "--nnodes", "2", "--node-rank", rank, "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-			"--master-port", port, "--", bin, "bench", "--size-bytes", "4096", "--operations", "all_reduce", "--output", out}, quick...)
+			"--master-port", port, "--store-port", storePort, "--", bin, "bench", "--size-bytes", "4096", "--operations", "all_reduce", "--output", out}, quick...)
 		c := exec.Command(bin, args...)
-		c.Env = cleanEnv()
+		// A multi-node job needs the job token on every node (docs/launcher.md).
+		c.Env = append(cleanEnv(), "DETCOLL_TOKEN=0123456789abcdef0123456789abcdef")
 		return c
 	}
 	n1 := node("1", "")
@@ -235,7 +231,10 @@ func TestBenchReportsNodes(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		n0.Process.Kill()
-		t.Fatalf("the 2-node job did not finish:\n%s", o0.String())
+		n1.Process.Kill()
+		<-done // o0 is written until Run returns
+		n1.Wait()
+		t.Fatalf("the 2-node job did not finish:\n%s\nnode 1:\n%s", o0.String(), o1.String())
 	}
 	n1.Wait()
 	r, err := bench.ReadJSON(rep)
@@ -403,4 +402,15 @@ func TestBenchNCCLTestsFormat(t *testing.T) {
 	if strings.Join(sizes, " ") != "4096 16384 65536" {
 		t.Fatalf("sizes %v:\n%s", sizes, out)
 	}
+}
+
+// freeTCPPort is a port free on 127.0.0.1 a moment ago.
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -97,14 +97,26 @@ func runCmd(t *testing.T, limit time.Duration, cmd *exec.Cmd, env []string) resu
 	return r
 }
 
+// freePort returns a port X for --master-port such that X+1, where the
+// launcher puts detcoll's store, is free too (a free X alone met a taken
+// X+1 under CI's load).
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		next, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+		ln.Close()
+		if err == nil {
+			next.Close()
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free pair of adjacent ports")
+	return 0
 }
 
 // torchrun's spellings, no "--" before the command, and MASTER_PORT exact.
