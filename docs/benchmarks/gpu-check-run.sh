@@ -29,7 +29,8 @@ for p in devcomm devverify gpuffn gpuattn; do
 	grep -E -- '--- FAIL|panic' "$OUT/tests-$p.log" | head -5
 done
 timeout 200 bin/detcoll verify --device cuda > "$OUT/verify.log" 2>&1 || rc=1
-echo "== verify (standalone): $(tail -1 "$OUT/verify.log")"
+echo "== verify (standalone): $(grep -E 'checks, [0-9]+ failed' "$OUT/verify.log" | tail -1)"
+grep -m1 -A12 -E '^(panic|fatal error)' "$OUT/verify.log"
 bin/detcoll env > "$OUT/env.txt" 2>&1
 for mode in ${BENCH_MODES-eager graph}; do
 	flag=""; [ $mode = graph ] && flag=--graph
@@ -37,4 +38,6 @@ for mode in ${BENCH_MODES-eager graph}; do
 		--size-bytes 4096 262144 16777216 $flag --output $OUT/$mode.json" > "$OUT/$mode.log" 2>&1 || rc=1
 	tail -20 "$OUT/$mode.log"
 done
+# The device tool returns a limited number of files: the logs go in one archive.
+(cd "$OUT" && tar czf logs.tar.gz *.log *.txt *.md 2>/dev/null && rm -f *.log *.txt *.md)
 exit $rc
