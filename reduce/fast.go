@@ -111,7 +111,9 @@ func (r *Reducer) Reduce(dt dtype.DType, acc Accumulate, inputs [][]byte, out []
 		if blocks < parts {
 			parts = blocks
 		}
-		per := (blocks + parts - 1) / parts * blockElems
+		perBlocks := (blocks + parts - 1) / parts
+		parts = (blocks + perBlocks - 1) / perBlocks // no worker gets an empty (or negative) range
+		per := perBlocks * blockElems
 		for i := 1; i < parts; i++ {
 			lo, hi := i*per, min((i+1)*per, n)
 			r.tasks <- task{w: r.workers[i], dt: dt, acc: acc, inputs: inputs, out: out, levels: levels, lo: lo, hi: hi}

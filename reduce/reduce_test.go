@@ -296,3 +296,37 @@ func FuzzFastEqualsOracle(f *testing.F) {
 		}
 	})
 }
+
+// TestFastSplitsEqualOracle runs the multi-worker split (counts above
+// minParallelElems) with as many workers as a GPU host's cores: with 16
+// workers and 135 blocks the last worker's range once started past the end
+// and the fused bf16 kernel sliced out of bounds (seen on the H200 host).
+func TestFastSplitsEqualOracle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, workers := range []int{2, 3, 7, 16, 17} {
+		r := NewReducer(workers)
+		for _, n := range []int{135 * blockElems, 129*blockElems + 5, 100003} {
+			for _, w := range []int{2, 3, 8} {
+				for _, dt := range allDTypes {
+					ins := make([][]byte, w)
+					for i := range ins {
+						ins[i] = make([]byte, n*dt.Size())
+						fill(rng, dt, ins[i], 0)
+					}
+					want := make([]byte, n*dt.Size())
+					if err := Oracle(dt, Native, ins, want); err != nil {
+						t.Fatal(err)
+					}
+					got := make([]byte, n*dt.Size())
+					if err := r.Reduce(dt, Native, ins, got); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("%d workers W=%d %v n=%d: %s", workers, w, dt, n, firstDiff(dt, got, want))
+					}
+				}
+			}
+		}
+		r.Close()
+	}
+}

@@ -27,7 +27,7 @@ func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
 func treeBF16Vec(t task, lo, hi int) int {
 	w := len(t.inputs)
 	n := (hi - lo) &^ 7
-	if !useAVX2 || n == 0 || t.acc != Native || (w != 2 && w != 4 && w != 8) {
+	if !useAVX2 || n <= 0 || t.acc != Native || (w != 2 && w != 4 && w != 8) {
 		return 0
 	}
 	ob := t.out[lo*2 : (lo+n)*2]
@@ -59,7 +59,7 @@ func treeBF16Vec(t task, lo, hi int) int {
 func treeF32Vec(t task, lo, hi int) int {
 	w := len(t.inputs)
 	n := (hi - lo) &^ 7
-	if !useAVX2 || n == 0 || (w != 2 && w != 4 && w != 8) {
+	if !useAVX2 || n <= 0 || (w != 2 && w != 4 && w != 8) {
 		return 0
 	}
 	ob := t.out[lo*4 : (lo+n)*4]
