@@ -737,6 +737,7 @@ type fakeDevice struct {
 	attached int
 	calls    []string
 	closed   bool
+	aborted  bool
 }
 
 func (f *fakeDevice) Name() string { return "fake" }
@@ -764,7 +765,32 @@ func (f *fakeDevice) ReduceScatter(s, r uintptr, n int, dt detcoll.DType, st uin
 	}
 	return f.record("ReduceScatter", s, r, n, dt, st)
 }
-func (f *fakeDevice) Close() error { f.closed = true; return nil }
+func (f *fakeDevice) Close() error { f.mu.Lock(); defer f.mu.Unlock(); f.closed = true; return nil }
+func (f *fakeDevice) Abort() error { f.mu.Lock(); defer f.mu.Unlock(); f.aborted = true; return nil }
+
+// detcollCommAbort aborts the device work (devcomm's Abort: ncclCommAbort)
+// before the close it does not wait for; a destroy does not abort.
+func TestDeviceAbortOnCommAbort(t *testing.T) {
+	prev := currentDeviceBackend()
+	defer registerDeviceBackend(prev)
+	for _, abort := range []bool{false, true} {
+		fake := &fakeDevice{}
+		registerDeviceBackend(fake)
+		hs := inprocHandles(t, 1)
+		if rc := deviceCollective("detcollAllReduce", opAllReduce, 0xdead0000, 0xdead0040, 4, C_detcollFloat32, hs[0], 0); rc != rcSuccess {
+			t.Fatalf("collective: %d (%s)", rc, lastMessage())
+		}
+		if rc := destroyHandle("d", hs[0], abort); rc != rcSuccess {
+			t.Fatalf("destroy(abort=%v): %d", abort, rc)
+		}
+		fake.mu.Lock()
+		got := fake.aborted
+		fake.mu.Unlock()
+		if got != abort {
+			t.Fatalf("destroy(abort=%v): device aborted = %v", abort, got)
+		}
+	}
+}
 
 func TestDeviceBackendHook(t *testing.T) {
 	// Without a backend first (the CUDA one, registered by default, is
@@ -804,6 +830,8 @@ func TestDeviceBackendHook(t *testing.T) {
 		t.Fatalf("attached %d, calls %q, want %q", fake.attached, fake.calls, want)
 	}
 	destroyHandle("d", hs[0], false)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
 	if !fake.closed {
 		t.Fatal("device state not closed on destroy")
 	}

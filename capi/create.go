@@ -277,7 +277,8 @@ func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes
 		}
 	}()
 	dl, _ := ctx.Deadline()
-	t, err := tcp.Connect(cctx, cl, prefix, rank, nranks, tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: time.Until(dl)})
+	// The id's store token authenticates the TCP handshake too.
+	t, err := tcp.Connect(cctx, cl, prefix, rank, nranks, tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: time.Until(dl), Token: hex.EncodeToString(u.token[:])})
 	cancel()
 	<-watched
 	if peerFailure != nil {
@@ -347,7 +348,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 	} else {
 		env := envJob.job.Env
 		t, err := tcp.Connect(ctx, envJob.job.Store, prefix, env.Rank, env.WorldSize,
-			tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: initTimeout})
+			tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: initTimeout, Token: env.Token})
 		if err != nil {
 			return nil, nil, fmt.Errorf("rank %d of %d connecting: %w", env.Rank, env.WorldSize, err)
 		}

@@ -41,6 +41,10 @@ type deviceComm interface {
 	// Close releases the device state; it runs before the communicator is
 	// closed, on detcollCommDestroy and detcollCommAbort.
 	Close() error
+	// Abort stops the device work at once (ncclCommAbort, the peer-memory
+	// kernels' abort word) from any thread, so a Close after it cannot wait
+	// on a peer that is gone.
+	Abort() error
 }
 
 var devBackend struct {

@@ -260,6 +260,10 @@ func (d *cudaComm) Close() error {
 	return errors.Join(d.nc.Close(), d.done())
 }
 
+// Abort is devcomm's Abort: safe from any thread, it unblocks the device
+// communicator's waits (detcollCommAbort).
+func (d *cudaComm) Abort() error { return d.nc.Abort() }
+
 // cudaError marks a failure of the CUDA driver or NCCL as
 // detcollUnhandledDeviceError, keeping its message and chain.
 type cudaError struct{ err error }

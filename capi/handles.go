@@ -118,7 +118,9 @@ func (e *commEntry) destroy(abort bool) error {
 	if dev != nil {
 		if abort {
 			// The device state may wait for its streams, whose work may
-			// wait for a peer that is gone: never block an abort on it.
+			// wait for a peer that is gone: abort the device work, and
+			// never block an abort on the close.
+			dev.Abort()
 			go dev.Close()
 		} else {
 			errs = append(errs, dev.Close())
