@@ -319,14 +319,29 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 				if code == 0 {
 					t.Fatalf("exit 0 with a stopped peer:\n%s", out)
 				}
+				// Rank 0 always fails on its own, within the timeout. A third
+				// rank may be stopped by the launcher (SIGTERM once rank 0
+				// failed) a moment before its own timeout fires, and then has
+				// no line of its own (seen under CI load at W = 3); the
+				// launcher waits for every worker, so the bound below still
+				// holds for all of them.
+				reported := 0
 				for r := 0; r < w; r++ {
 					if r == 1 {
 						continue
 					}
 					re := regexp.MustCompile(`\[rank ` + strconv.Itoa(r) + `\] detcoll: .*(deadline exceeded|context canceled|connection reset|closed)`)
-					if !re.MatchString(out) {
-						t.Fatalf("rank %d reported no error:\n%s", r, out)
+					if re.MatchString(out) {
+						reported++
+					} else if r == 0 {
+						t.Fatalf("rank 0 reported no error:\n%s", out)
 					}
+				}
+				if reported == 0 {
+					t.Fatalf("no rank reported an error:\n%s", out)
+				}
+				if !strings.Contains(out, "rank 1 ") || !strings.Contains(out, "stopped") {
+					t.Fatalf("the launcher does not name rank 1 as stopped:\n%s", out)
 				}
 				want := "raw all-to-all"
 				if phase == "native" {
