@@ -1,0 +1,277 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// Waiting: spin, then yield, then futex sleeps from minSleep doubling to
+// maxSleep (a sleeper is woken by the other side at once; the timeout only
+// bounds how late it notices a context, a close or a dead peer).
+const (
+	spinLoads     = 64
+	spinYields    = 8
+	minSleep      = 500 * time.Microsecond
+	maxSleep      = 8 * time.Millisecond
+	livenessEvery = 16 * time.Millisecond
+	// busySpin is how long a waiter spins before sleeping when the group
+	// has no more ranks than this host has CPUs (otherwise it does not: a
+	// spinning rank would take the core its peer needs).
+	busySpin = 30 * time.Microsecond
+)
+
+var clockStart = time.Now()
+
+func nanotime() int64 { return int64(time.Since(clockStart)) }
+
+// interrupted is the reason a wait on peer's ring r must stop, if any.
+func (t *Transport) interrupted(ctx context.Context, peer int, r *ring) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if r.broken.Load() != 0 {
+		return ErrBroken
+	}
+	if t.seg.u32(t.seg.rankOff(peer)+rbClosed).Load() != 0 {
+		return transport.ErrPeerClosed
+	}
+	return nil
+}
+
+// peerDead checks (at most every livenessEvery) whether peer's process is gone.
+func (t *Transport) peerDead(peer int) error {
+	t.procMu.Lock()
+	defer t.procMu.Unlock()
+	p := &t.procs[peer]
+	if !p.dead {
+		now := time.Now()
+		if now.Before(p.next) {
+			return nil
+		}
+		p.next = now.Add(livenessEvery)
+		if alive(p.pid, p.start) {
+			return nil
+		}
+		p.dead = true
+		t.seg.unlink() // rank 0 may have died before unlinking
+	}
+	return fmt.Errorf("%w (pid %d)", ErrPeerDead, p.pid)
+}
+
+// wait blocks until ready holds: a short spin, a few yields, then futex
+// sleeps on word (announced through waiting, when not nil) with the
+// interruption checks between them.
+func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *atomic.Uint32, ready func() bool) error {
+	for i := 0; i < spinLoads; i++ {
+		if ready() {
+			return nil
+		}
+	}
+	if t.spin > 0 {
+		// Ranks fit on the cores: a peer that is running answers within
+		// microseconds, cheaper than a futex round trip.
+		for deadline := nanotime() + t.spin; nanotime() < deadline; {
+			for i := 0; i < spinLoads; i++ {
+				if ready() {
+					return nil
+				}
+			}
+		}
+	}
+	for i := 0; i < spinYields; i++ {
+		runtime.Gosched()
+		if ready() {
+			return nil
+		}
+	}
+	sleep := minSleep
+	for {
+		// ready first: what a peer sent before it closed is still delivered.
+		if ready() {
+			return nil
+		}
+		if err := t.interrupted(ctx, peer, r); err != nil {
+			return err
+		}
+		seq := word.Load()
+		if waiting != nil {
+			waiting.Store(1)
+		}
+		if ready() {
+			if waiting != nil {
+				waiting.Store(0)
+			}
+			return nil
+		}
+		futexWait(word, seq, sleep)
+		if waiting != nil {
+			waiting.Store(0)
+		}
+		if ready() {
+			return nil
+		}
+		if err := t.peerDead(peer); err != nil {
+			return err
+		}
+		sleep = min(2*sleep, maxSleep)
+	}
+}
+
+func (t *Transport) begin(op string, peer int) error {
+	if err := transport.CheckPeer(op, t.rank, t.size, peer); err != nil {
+		return err
+	}
+	t.life.RLock()
+	if t.closed.Load() {
+		t.life.RUnlock()
+		return t.fail(op, peer, transport.ErrClosed)
+	}
+	return nil
+}
+
+// Send writes buf to peer: through the ring, or for a large buffer that the
+// peer can read directly, by handing it the address and waiting until it
+// has copied.
+func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := t.begin("send", peer); err != nil {
+		return err
+	}
+	defer t.life.RUnlock()
+	r := t.out[peer]
+	if err := t.interrupted(ctx, peer, r); err != nil {
+		return t.fail("send", peer, err)
+	}
+	direct := t.opt.DirectBytes > 0 && len(buf) >= t.opt.DirectBytes &&
+		t.seg.mem[t.seg.rankOff(peer)+rbCanRead+t.rank] != 0
+	// Room for the header: nothing has moved if this fails.
+	if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) >= hdrBytes }); err != nil {
+		return t.fail("send", peer, err)
+	}
+	h := r.hdr[:]
+	binary.LittleEndian.PutUint32(h[0:], hdrMagic)
+	binary.LittleEndian.PutUint32(h[4:], tag.Phase)
+	binary.LittleEndian.PutUint64(h[8:], tag.Seq)
+	binary.LittleEndian.PutUint64(h[16:], tag.Sig)
+	binary.LittleEndian.PutUint64(h[24:], uint64(len(buf)))
+	binary.LittleEndian.PutUint64(h[32:], 0)
+	binary.LittleEndian.PutUint64(h[40:], 0)
+	if direct {
+		return t.sendDirect(ctx, peer, r, buf)
+	}
+	r.put(r.pos, h)
+	r.pos += hdrBytes
+	for rest := buf; ; {
+		free := r.size - (r.pos - r.tail.Load())
+		n := min(uint64(len(rest)), free, r.chunk)
+		r.put(r.pos, rest[:n])
+		r.pos += n
+		rest = rest[n:]
+		r.head.Store(r.pos) // release: the bytes above are visible with it
+		r.signalData()
+		if len(rest) == 0 {
+			return nil
+		}
+		if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) > 0 }); err != nil {
+			r.breakStream() // half a message is in the ring
+			return t.fail("send", peer, err)
+		}
+	}
+}
+
+func (t *Transport) sendDirect(ctx context.Context, peer int, r *ring, buf []byte) error {
+	binary.LittleEndian.PutUint32(r.hdr[32:], flagDirect)
+	binary.LittleEndian.PutUint64(r.hdr[40:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	r.pinned = buf
+	defer func() { r.pinned = nil }()
+	r.direct.Store(directPosted)
+	r.put(r.pos, r.hdr[:])
+	r.pos += hdrBytes
+	r.head.Store(r.pos)
+	r.signalData()
+	err := t.wait(ctx, peer, r, r.direct, nil, func() bool { return r.direct.Load() != directPosted })
+	if err != nil && r.direct.CompareAndSwap(directPosted, directCancelled) {
+		// The peer has not finished reading and now never reports the data.
+		r.breakStream()
+		return t.fail("send", peer, err)
+	}
+	st := r.direct.Swap(directIdle)
+	runtime.KeepAlive(buf)
+	if st != directDone {
+		r.breakStream()
+		return t.fail("send", peer, fmt.Errorf("%w: the peer could not read the message", ErrBroken))
+	}
+	return nil
+}
+
+// Recv reads the next message from peer into buf after checking its tag and
+// length.
+func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf []byte) error {
+	if err := t.begin("recv", peer); err != nil {
+		return err
+	}
+	defer t.life.RUnlock()
+	r := t.in[peer]
+	if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, func() bool { return r.head.Load()-r.pos >= hdrBytes }); err != nil {
+		return t.fail("recv", peer, err)
+	}
+	h := r.hdr[:]
+	r.get(r.pos, h)
+	if binary.LittleEndian.Uint32(h[0:]) != hdrMagic {
+		r.breakStream()
+		return t.fail("recv", peer, fmt.Errorf("%w: bad message magic %#x", transport.ErrCorrupt, binary.LittleEndian.Uint32(h[0:])))
+	}
+	got := transport.Tag{Phase: binary.LittleEndian.Uint32(h[4:]), Seq: binary.LittleEndian.Uint64(h[8:]), Sig: binary.LittleEndian.Uint64(h[16:])}
+	if got != tag {
+		return t.fail("recv", peer, &transport.TagError{Got: got, Want: tag})
+	}
+	n := binary.LittleEndian.Uint64(h[24:])
+	if n != uint64(len(buf)) {
+		return t.fail("recv", peer, fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, n, len(buf)))
+	}
+	flags := binary.LittleEndian.Uint32(h[32:])
+	addr := uintptr(binary.LittleEndian.Uint64(h[40:]))
+	r.pos += hdrBytes
+	if flags&flagDirect != 0 {
+		r.tail.Store(r.pos)
+		r.signalSpace()
+		err := readRemote(t.procs[peer].pid, buf, addr)
+		if err == nil && r.direct.CompareAndSwap(directPosted, directDone) {
+			futexWake(r.direct)
+			return nil
+		}
+		r.direct.CompareAndSwap(directPosted, directCancelled)
+		r.breakStream()
+		if err == nil {
+			err = fmt.Errorf("%w: the sender gave up during the copy", ErrBroken)
+		}
+		return t.fail("recv", peer, err)
+	}
+	for rest := buf; ; {
+		avail := r.head.Load() - r.pos
+		k := min(uint64(len(rest)), avail, r.chunk)
+		r.get(r.pos, rest[:k])
+		r.pos += k
+		rest = rest[k:]
+		if k > 0 || len(rest) == 0 {
+			r.tail.Store(r.pos)
+			r.signalSpace()
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, func() bool { return r.head.Load() > r.pos }); err != nil {
+			r.breakStream()
+			return t.fail("recv", peer, err)
+		}
+	}
+}
