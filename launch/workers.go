@@ -1,0 +1,409 @@
+package launch
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// drainTimeout bounds how long Run keeps reading a worker's output after the
+// worker exited (a child of the worker may still hold its stdout).
+const drainTimeout = 2 * time.Second
+
+// worker is one started process.
+type worker struct {
+	rank, localRank int
+	cmd             *exec.Cmd
+	out             tail
+	pipes           []*os.File    // read ends of stdout and stderr
+	logs            []*os.File    // log files of --redirects/--tee
+	drained         chan struct{} // closed when both pumps returned
+	// Touched by the event loop only:
+	exited  bool             // reaped
+	state   *os.ProcessState // its exit
+	exitSeq int              // order of reaping, from 1
+	sent    []os.Signal      // signals the launcher sent it, in order
+	stopped bool             // found stopped (SIGSTOP) when the job failed
+}
+
+// signalledBySelf reports whether a signal the launcher had not sent
+// killed w: a crash, or a kill from outside (kill -9).
+func (w *worker) signalledBySelf() bool {
+	ws, ok := w.state.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return false
+	}
+	for _, s := range w.sent {
+		if s == ws.Signal() {
+			return false
+		}
+	}
+	return true
+}
+
+// exitEvent reports a reaped worker.
+type exitEvent struct {
+	w     *worker
+	state *os.ProcessState
+}
+
+func (ev exitEvent) failed() bool { return ev.state == nil || !ev.state.Success() }
+
+// supervise starts the workers and runs the event loop until all exited.
+func (j *job) supervise(ctx context.Context) error {
+	c := &j.cfg
+	exits := make(chan exitEvent, c.NprocPerNode)
+
+	// Start the workers from a goroutine locked to its OS thread for as
+	// long as Run runs: Pdeathsig fires when the starting thread exits.
+	type startResult struct {
+		n   int
+		err error
+	}
+	started := make(chan startResult, 1)
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		n, err := j.startAll()
+		started <- startResult{n, err}
+		<-release
+	}()
+	res := <-started
+	for _, w := range j.workers {
+		go func() {
+			_ = w.cmd.Wait() // the status is in ProcessState
+			exits <- exitEvent{w: w, state: w.cmd.ProcessState}
+		}()
+	}
+
+	var (
+		cause       error      // why the job stopped, if it did
+		failed      *worker    // the first local worker that failed on its own
+		published   chan error // result of publishing a non-worker cause to other nodes
+		stopping    bool
+		killed      bool
+		killTimer   <-chan time.Time
+		running     = res.n
+		reaped      = 0
+		ctxDone     = ctx.Done()
+		sigs        = c.Signals
+		remote      <-chan nodeEvent
+		remoteCause error // another node's published root cause, once seen
+		publishRec  = func(rec abortRecord) {
+			if j.nodes != nil {
+				published = make(chan error, 1)
+				go func() { published <- j.nodes.publish(rec) }()
+			}
+		}
+	)
+	if j.nodes != nil {
+		remote = j.nodes.events
+	}
+	stop := func(sig os.Signal) {
+		for _, w := range j.workers {
+			if !w.exited {
+				w.sent = append(w.sent, sig)
+				_ = signalGroup(w.cmd.Process, sig)
+				if w.stopped && sig != sigKill && sigCont != nil {
+					// A stopped worker only acts on sig once continued.
+					_ = signalGroup(w.cmd.Process, sigCont)
+				}
+			}
+		}
+		if killTimer == nil && !killed {
+			killTimer = time.After(c.GracePeriod)
+		}
+		stopping = true
+	}
+	if res.err != nil {
+		cause = res.err
+		publishRec(abortRecord{Node: c.NodeRank, Reason: res.err.Error()})
+		stop(sigTerm)
+	}
+	for running > 0 {
+		select {
+		case ev := <-exits:
+			running--
+			reaped++
+			ev.w.exited, ev.w.state, ev.w.exitSeq = true, ev.state, reaped
+			if !stopping && ev.failed() {
+				failed = ev.w
+				// Which workers are stopped (SIGSTOP) now, before the
+				// launcher's own signals change anything: the usual
+				// reason the others time out.
+				for _, w := range j.workers {
+					if !w.exited && processStopped(w.cmd.Process.Pid) {
+						w.stopped = true
+					}
+				}
+				stop(sigTerm)
+			}
+		case s, ok := <-sigs:
+			if !ok {
+				sigs = nil // closed: no more signals
+				continue
+			}
+			if !stopping {
+				cause = &InterruptedError{Signal: s}
+				publishRec(abortRecord{Node: c.NodeRank, Reason: "interrupted by signal " + s.String()})
+			}
+			stop(s)
+		case <-ctxDone:
+			ctxDone = nil
+			if !stopping {
+				cause = &InterruptedError{Err: ctx.Err()}
+				publishRec(abortRecord{Node: c.NodeRank, Reason: "interrupted: " + ctx.Err().Error()})
+				stop(sigTerm)
+			}
+		case ev := <-remote:
+			if ev.lost == nil && ev.lostNode == nil && ev.rec.Node != c.NodeRank {
+				remoteCause = ev.err() // another node's root cause
+			}
+			if !stopping && (ev.lost != nil || ev.lostNode != nil || ev.rec.Node != c.NodeRank) {
+				cause = ev.err()
+				stop(sigTerm)
+			}
+		case <-killTimer:
+			killTimer, killed = nil, true
+			stop(sigKill)
+		}
+	}
+
+	j.drainAll()
+	if failed != nil && remoteCause == nil && j.nodes != nil {
+		remoteCause = j.nodes.publishedCause()
+	}
+	if failed != nil && remoteCause != nil {
+		cause = remoteCause // another node decided first: every node reports its cause
+	} else if failed != nil {
+		we := j.blame(failed)
+		cause = we
+		if j.nodes != nil {
+			var other error
+			if we.Remote {
+				// The blamed rank's own node saw more (a stop, a
+				// signal): give it the time to stop its workers and
+				// say, unless its heartbeat shows it is gone.
+				other, we.NodeLost = j.nodes.awaitRemote(we.NodeRank, c.GracePeriod+drainTimeout+time.Second)
+			}
+			if other == nil {
+				other = j.nodes.publish(abortRecord{Node: c.NodeRank, Worker: we})
+			}
+			if other != nil {
+				cause = other // another node's root cause: every node reports it
+			}
+		}
+	} else if published != nil {
+		if err := <-published; err != nil {
+			cause = err
+		}
+	}
+	if j.nodes != nil {
+		cause = j.nodes.finish(ctx, c.Signals, cause, c.GracePeriod)
+	}
+	return cause
+}
+
+// startAll starts every worker; on error it returns how many started.
+func (j *job) startAll() (int, error) {
+	c := &j.cfg
+	for local := range c.NprocPerNode {
+		rank := c.NodeRank*c.NprocPerNode + local
+		w, err := j.start(rank, local)
+		if err != nil {
+			return len(j.workers), &StartError{Rank: rank, Err: err}
+		}
+		j.workers = append(j.workers, w)
+	}
+	return len(j.workers), nil
+}
+
+func (j *job) start(rank, local int) (*worker, error) {
+	c := &j.cfg
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	logs, err := j.openLogs(local)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
+	cmd := exec.Command(c.Cmd[0], c.Cmd[1:]...)
+	cmd.Env = j.workerEnv(rank, local)
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	outW.Close() // the worker has its copies
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		for _, f := range logs {
+			if f != nil {
+				f.Close()
+			}
+		}
+		return nil, err
+	}
+	w := &worker{rank: rank, localRank: local, cmd: cmd, pipes: []*os.File{outR, errR}, drained: make(chan struct{})}
+	prefix := "[rank " + strconv.Itoa(rank) + "] "
+	shown := c.LocalRanksFilter == nil || slices.Contains(c.LocalRanksFilter, local)
+	redirect := c.Redirects.For(local)
+	sinks := func(std Std, console *lineWriter, file *os.File) []sink {
+		var out []sink
+		if shown && redirect&std == 0 {
+			out = append(out, sink{w: console, prefix: prefix})
+		}
+		if file != nil {
+			w.logs = append(w.logs, file)
+			out = append(out, sink{w: &lineWriter{w: file}})
+		}
+		return out
+	}
+	outSinks := sinks(StdOut, j.stdout, logs[0])
+	errSinks := sinks(StdErr, j.stderr, logs[1])
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pump(outR, outSinks, &w.out) }()
+	go func() { defer wg.Done(); pump(errR, errSinks, &w.out) }()
+	go func() {
+		wg.Wait()
+		for _, f := range w.logs {
+			f.Close()
+		}
+		close(w.drained)
+	}()
+	return w, nil
+}
+
+// awaitDrain waits until w's output is read to EOF or the deadline passes.
+func (j *job) awaitDrain(w *worker, deadline time.Time) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-w.drained:
+	case <-t.C:
+	}
+}
+
+// drainAll reads what the exited workers left in their pipes, for at most
+// drainTimeout, then closes the pipes.
+func (j *job) drainAll() {
+	deadline := time.Now().Add(drainTimeout)
+	for _, w := range j.workers {
+		j.awaitDrain(w, deadline)
+		for _, p := range w.pipes {
+			p.Close() // makes a pump still reading return
+		}
+		<-w.drained
+	}
+}
+
+func (j *job) workerError(w *worker) *WorkerError {
+	st := w.state
+	e := &WorkerError{Rank: w.rank, LocalRank: w.localRank, NodeRank: j.cfg.NodeRank, Pid: w.cmd.Process.Pid, ExitStatus: -1, Tail: w.out.snapshot()}
+	if f, ok := w.out.failure(); ok {
+		e.Detail = f.Err
+	}
+	if st != nil {
+		e.ExitStatus = st.ExitCode()
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Signal = ws.Signal()
+			e.ByLauncher = !w.signalledBySelf()
+		}
+	}
+	return e
+}
+
+// envStripped are inherited variables that would mislead a worker:
+// detcoll's store address is given explicitly.
+var envStripped = []string{EnvStorePort}
+
+// workerEnv is cfg.Env with the worker's variables set.
+func (j *job) workerEnv(rank, local int) []string {
+	c := &j.cfg
+	itoa := strconv.Itoa
+	set := [][2]string{
+		{"RANK", itoa(rank)},
+		{"WORLD_SIZE", itoa(j.world)},
+		{"LOCAL_RANK", itoa(local)},
+		{"LOCAL_WORLD_SIZE", itoa(c.NprocPerNode)},
+		{"GROUP_RANK", itoa(c.NodeRank)},
+		{"GROUP_WORLD_SIZE", itoa(c.Nnodes)},
+		{"ROLE_RANK", itoa(rank)},
+		{"ROLE_WORLD_SIZE", itoa(j.world)},
+		{"ROLE_NAME", c.Role},
+		{"MASTER_ADDR", j.torchAddr},
+		{"MASTER_PORT", itoa(j.torchPort)},
+		{"TORCHELASTIC_RESTART_COUNT", itoa(j.attempt)},
+		{"TORCHELASTIC_MAX_RESTARTS", itoa(c.MaxRestarts)},
+		{"TORCHELASTIC_RUN_ID", c.RdzvID},
+		// No agent store listens on MASTER_PORT: torch's rank 0 must
+		// host its own TCPStore there, as under a plain env:// launch.
+		{"TORCHELASTIC_USE_AGENT_STORE", "False"},
+		{EnvRank, itoa(rank)},
+		{EnvWorldSize, itoa(j.world)},
+		{EnvLocalRank, itoa(local)},
+		{EnvLocalWorldSize, itoa(c.NprocPerNode)},
+		{EnvNodeRank, itoa(c.NodeRank)},
+		{EnvNnodes, itoa(c.Nnodes)},
+		{EnvStoreAddr, j.storeAddr},
+		{EnvToken, j.token},
+	}
+	if c.hosts.advertise != "" {
+		set = append(set, [2]string{tcpHostEnv, c.hosts.advertise})
+	}
+	if j.logRoot != "" {
+		set = append(set, [2]string{"TORCHELASTIC_ERROR_FILE", filepath.Join(j.attemptDir(local), "error.json")})
+	}
+	drop := make(map[string]bool, len(set)+len(envStripped))
+	for _, kv := range set {
+		drop[kv[0]] = true
+	}
+	for _, k := range envStripped {
+		drop[k] = true
+	}
+	env := make([]string, 0, len(c.Env)+len(set)+3)
+	has := map[string]bool{}
+	for _, kv := range c.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if drop[k] {
+			continue
+		}
+		has[k] = true
+		env = append(env, kv)
+	}
+	for _, kv := range set {
+		env = append(env, kv[0]+"="+kv[1])
+	}
+	// torchrun's defaults, kept when the environment sets them.
+	if !has["OMP_NUM_THREADS"] && c.NprocPerNode > 1 {
+		env = append(env, "OMP_NUM_THREADS=1")
+	}
+	for _, k := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
+		if !has[k] {
+			env = append(env, k+"=1")
+		}
+	}
+	return env
+}
