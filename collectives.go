@@ -189,6 +189,7 @@ func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
 
 // reduceScatter runs every lane's reduce-scatter under one synchronisation.
 func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
+	// Long on purpose: both algorithms' lanes under one synchronisation, sharing one layout.
 	w := c.size
 	total := 0
 	for _, r := range recvs {

@@ -63,6 +63,7 @@ const rowMsgBytes = 56
 
 // runRow measures one algorithm on a prepared case and runs the checks.
 func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.Algorithm) (Row, error) {
+	// Long on purpose: one row's steps in order (first run, timing, checks, gather); they share the agreement points.
 	acc := r.cfg.Accumulate
 	det := func(ctx context.Context, iters int) (time.Duration, error) {
 		return c.RunDeterministic(ctx, alg, acc, iters)

@@ -50,6 +50,7 @@ func BandwidthPlotPath(path string) string {
 
 // plot draws one figure: y(row) of the deterministic rows and of the baseline.
 func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) error {
+	// Long on purpose: builds one figure top to bottom; every step sets fields of the same plot.
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("bench: plot %s: want a .svg or .png file", path)

@@ -41,6 +41,7 @@ type RawOptions struct {
 // from the store by echoing a random secret published with it, so a stray
 // connection cannot take a peer's place.
 func RawAllToAll(ctx context.Context, st KV, prefix string, rank, size, bytesPerPeer int, opt RawOptions) (float64, error) {
+	// Long on purpose: connect then measure in one sequence that shares the closeAll/keep/fail closures.
 	if size < 2 || rank < 0 || rank >= size || bytesPerPeer <= 0 {
 		return 0, fmt.Errorf("bench: raw all-to-all: rank %d of %d, %d bytes per peer", rank, size, bytesPerPeer)
 	}

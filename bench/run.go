@@ -25,6 +25,7 @@ import (
 // native run that fails) is reported to every rank at the next agreement
 // point, so all ranks return an error rather than waiting for each other.
 func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, progress func(done, total int)) (*Report, error) {
+	// Long on purpose: a flat run of report fields, then the one loop over operations and sizes.
 	if comm == nil || backend == nil {
 		return nil, fmt.Errorf("bench: Run needs a Comm and a Backend")
 	}

@@ -216,6 +216,7 @@ func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
 
 // initRank is detcollCommInitRank.
 func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, o *origin, err error) {
+	// Long on purpose: one join sequence whose deferred failure publication must cover every step.
 	if nranks < 1 {
 		return nil, nil, argError("nranks %d is not positive", nranks)
 	}

@@ -136,6 +136,7 @@ func parseDuration(s string) (time.Duration, error) {
 // normalize applies defaults and checks c, host addresses included, so that
 // a bad config fails before anything starts.
 func (c Config) normalize() (Config, error) {
+	// Long on purpose: a flat list of defaults, then of checks, in field order.
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("launch: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}

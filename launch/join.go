@@ -38,6 +38,7 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 }
 
 func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
+	// Long on purpose: one join attempt's steps (dial, node rank, rendezvous, heartbeat) under one cleanup.
 	c := &j.cfg
 	addr := j.storeAddr
 	if j.server != nil {

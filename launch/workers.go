@@ -59,6 +59,7 @@ func (ev exitEvent) failed() bool { return ev.state == nil || !ev.state.Success(
 
 // supervise starts the workers and runs the event loop until all exited.
 func (j *job) supervise(ctx context.Context) error {
+	// Long on purpose: the event loop and its exit-cause bookkeeping share many locals; splitting would thread them all.
 	c := &j.cfg
 	exits := make(chan exitEvent, c.NprocPerNode)
 

@@ -250,6 +250,7 @@ func (f *hostFFN) Forward(ctx context.Context, xt Tensor, w FFNWeights) (Tensor,
 }
 
 func (f *hostFFN) Backward(ctx context.Context, dyt Tensor, w FFNWeights, saved any) (*FFNGrads, error) {
+	// Long on purpose: the backward pass's GEMMs and collectives in the order of the derivation.
 	const op = "FFN.Backward"
 	r := f.m.world.Rank()
 	s, ok := saved.(*ffnSaved)

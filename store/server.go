@@ -317,6 +317,7 @@ func (r *request) keyBytes() int {
 }
 
 func (s *Server) serve(nc net.Conn) {
+	// Long on purpose: one connection's request loop, a switch with a case per op.
 	c := &conn{nc: nc, parked: make(map[uint64]context.CancelFunc)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var parked sync.WaitGroup

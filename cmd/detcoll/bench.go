@@ -20,6 +20,7 @@ import (
 func init() { extraCommands = append(extraCommands, benchCmd) }
 
 func benchCmd() *cobra.Command {
+	// Long on purpose: a flat table of flags; splitting it would scatter the table.
 	var (
 		dt, acc, device, output, plot, format, peer string
 		ops, algs                                   []string

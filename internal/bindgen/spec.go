@@ -54,6 +54,7 @@ type Code struct {
 //	code N NAME                  a result code's name
 //	message N WORDS…             a result code's built-in description
 func Parse(file string, src []byte) (*Spec, error) {
+	// Long on purpose: one switch over the spec's directives, a case each, then the final checks.
 	s := &Spec{NamesVar: "resultNames"}
 	seen := map[string]int{}
 	codes := map[int32]int{}

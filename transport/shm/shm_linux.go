@@ -178,6 +178,7 @@ func nameKey(prefix string) string          { return prefix + "/shm/name" }
 func mappedKey(prefix string, r int) string { return prefix + "/shm/mapped/" + strconv.Itoa(r) }
 
 func (t *Transport) setup(ctx context.Context) (err error) {
+	// Long on purpose: create, publish, agree and map in order, under one deferred cleanup.
 	var seg *segment
 	var mine error
 	if t.rank == 0 {

@@ -179,6 +179,7 @@ func (m *mesher) setErr(peer int, err error) {
 }
 
 func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
+	// Long on purpose: runs the accept and dial sides, then builds one error from what both saw.
 	d := m.opt.DialTimeout
 	tctx, tcancel := context.WithTimeoutCause(ctx, d,
 		fmt.Errorf("tcp: group not connected within DialTimeout %v: %w", d, context.DeadlineExceeded))

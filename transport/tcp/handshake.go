@@ -135,6 +135,7 @@ func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8, authenticated boo
 // dialer has proved it holds the token, so an impostor cannot take a rank's
 // place or abort the group.
 func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
+	// Long on purpose: one connection's hello, challenge and reservation under one deadline; the protocol reads in order.
 	var from = -1
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()

@@ -103,6 +103,7 @@ func RawLoopbackThroughput(size int, d time.Duration) (bytesPerSec float64, err 
 // RawLoopbackThroughput's single stream, includes the sharing of cores and
 // links between the ranks.
 func RawAllToAllThroughput(ctx context.Context, st Rendezvous, prefix string, rank, size, bytesPerPeer int, host string) (float64, error) {
+	// Long on purpose: connect then measure in one sequence, as bench.RawAllToAll.
 	if size < 2 || rank < 0 || rank >= size || bytesPerPeer <= 0 {
 		return 0, fmt.Errorf("tcp: RawAllToAllThroughput: rank %d of %d, %d bytes per peer", rank, size, bytesPerPeer)
 	}

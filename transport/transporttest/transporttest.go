@@ -33,6 +33,7 @@ func pattern(from, to, n, salt int) []byte {
 
 // Run runs the conformance suite against the transports f makes.
 func Run(t *testing.T, f Factory) {
+	// Long on purpose: a flat list of independent conformance subtests; splitting would scatter the suite.
 	t.Run("Identity", func(t *testing.T) {
 		ts := f(t, 3)
 		defer closeAll(ts)

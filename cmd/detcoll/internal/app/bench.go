@@ -155,6 +155,7 @@ type validated struct {
 // or variable of the first bad one (a *UsageError, exit status 2) or the
 // resource that is missing. It fills defaults (Format, Timeout).
 func ValidateBench(o *BenchOptions) (validated, error) {
+	// Long on purpose: a flat list of checks in flag order, the first failure wins.
 	var v validated
 	dev, err := ResolveDevice(o.Device)
 	if err != nil {
@@ -343,6 +344,7 @@ func spawn(ctx context.Context, o BenchOptions) error {
 
 // runRank is one rank of the benchmark.
 func runRank(ctx context.Context, o BenchOptions, v validated) error {
+	// Long on purpose: one rank's run from start to report; the steps share the job, backend and printer.
 	dev := v.dev
 	jctx, cancel := context.WithTimeout(ctx, min(2*time.Minute, max(o.Timeout, 30*time.Second)))
 	job, err := cluster.Init(jctx, cluster.Options{Getenv: o.Getenv, CommOptions: []detcoll.CommOption{detcoll.WithTimeout(o.Timeout)}})

@@ -54,6 +54,7 @@ var JobVerifiers = map[string]func(ctx context.Context, job *cluster.Job) ([]Ver
 // collectives of the job (when the device has a verifier), and on rank 0 the
 // in-process host groups too. Only rank 0 prints.
 func VerifyJob(ctx context.Context, o VerifyOptions) ([]VerifyResult, error) {
+	// Long on purpose: one job's steps in order: device checks, host groups, then the agreement all-gathers.
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
@@ -294,6 +295,7 @@ func makeComms(ctx context.Context, tr string, w int) ([]*detcoll.Comm, error) {
 
 // verifyGroup checks one group of in-process ranks.
 func verifyGroup(ctx context.Context, tr string, comms []*detcoll.Comm, counts []int) []VerifyResult {
+	// Long on purpose: a table of dtype × operation × algorithm checks; splitting it would scatter the table.
 	w := len(comms)
 	var rows []VerifyResult
 	rng := rand.New(rand.NewPCG(uint64(w), 99))

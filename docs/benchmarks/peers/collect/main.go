@@ -94,6 +94,7 @@ var (
 )
 
 func main() {
+	// Long on purpose: a one-shot collector: read, aggregate, write, in one pass.
 	in := flag.String("in", "", "directory of raw outputs")
 	meta := flag.String("meta", "", "run description (commit, date, machine, command)")
 	out := flag.String("out", "", "output path without extension (.json, .md and .png are written)")
@@ -241,6 +242,7 @@ type target struct {
 }
 
 func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
+	// Long on purpose: writes one document top to bottom.
 	type cfg struct {
 		op, dt string
 		w      int

@@ -39,6 +39,7 @@ func die(err error) {
 var exchangeFn func(t *tcp.Transport, ctx context.Context, tg transport.Tag, s, r func(int) ([]byte, bool), rep func(error))
 
 func main() {
+	// Long on purpose: an internal benchmark's flags, setup, loop and report, in order.
 	rank := flag.Int("rank", 0, "")
 	w := flag.Int("w", 2, "")
 	addr := flag.String("store", "127.0.0.1:29777", "")
