@@ -1022,29 +1022,3 @@ func TestSendRecvDoNotAllocate(t *testing.T) {
 		}
 	}
 }
-
-func TestRawAllToAllThroughput(t *testing.T) {
-	st := store.NewMemory()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	const w = 3
-	res := make([]float64, w)
-	errs := make([]error, w)
-	var wg sync.WaitGroup
-	for r := 0; r < w; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			res[r], errs[r] = RawAllToAllThroughput(ctx, st, "raw-test", r, w, 4<<20, "127.0.0.1")
-		}(r)
-	}
-	wg.Wait()
-	for r := range res {
-		if errs[r] != nil || res[r] <= 0 {
-			t.Fatalf("rank %d: %v bytes/s, %v", r, res[r], errs[r])
-		}
-	}
-	if _, err := RawAllToAllThroughput(ctx, st, "x", 0, 1, 1, ""); err == nil {
-		t.Fatal("size 1 accepted")
-	}
-}
