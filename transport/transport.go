@@ -130,3 +130,25 @@ func CheckPeer(op string, rank, size, peer int) error {
 	}
 	return nil
 }
+
+// SubRank checks the member list of a Splitter.Sub call made by rank of a
+// group of size: every member a distinct rank of the group, rank among them.
+// It returns rank's index in ranks (its sub-rank), or an error wrapping
+// ErrInvalidPeer.
+func SubRank(rank, size int, ranks []int) (int, error) {
+	me := -1
+	seen := make(map[int]bool, len(ranks))
+	for i, r := range ranks {
+		if r < 0 || r >= size || seen[r] {
+			return -1, fmt.Errorf("%w: sub-group ranks %v (group of %d)", ErrInvalidPeer, ranks, size)
+		}
+		seen[r] = true
+		if r == rank {
+			me = i
+		}
+	}
+	if me < 0 {
+		return -1, fmt.Errorf("%w: rank %d is not in sub-group %v", ErrInvalidPeer, rank, ranks)
+	}
+	return me, nil
+}

@@ -195,19 +195,9 @@ func (t *Transport) Close() error {
 
 // Sub returns the sub-group transport; all members must pass the same id and ranks.
 func (t *Transport) Sub(ctx context.Context, id uint64, ranks []int) (transport.Transport, error) {
-	me := -1
-	seen := make(map[int]bool, len(ranks))
-	for i, r := range ranks {
-		if r < 0 || r >= t.g.n || seen[r] {
-			return nil, fmt.Errorf("inproc: invalid sub-group ranks %v", ranks)
-		}
-		seen[r] = true
-		if r == t.rank {
-			me = i
-		}
-	}
-	if me < 0 {
-		return nil, fmt.Errorf("inproc: rank %d not in sub-group %v", t.rank, ranks)
+	me, err := transport.SubRank(t.rank, t.g.n, ranks)
+	if err != nil {
+		return nil, fmt.Errorf("inproc: %w", err)
 	}
 	t.g.mu.Lock()
 	sg, ok := t.g.subs[id]

@@ -337,19 +337,9 @@ func (t *Transport) Close() error {
 // sub-rank i) through the parent's store, under prefix+"/sub/<id>/<n>" where
 // n counts earlier Subs with this id. Closing the parent closes it.
 func (t *Transport) Sub(ctx context.Context, id uint64, ranks []int) (transport.Transport, error) {
-	me := -1
-	seen := make(map[int]bool, len(ranks))
-	for i, r := range ranks {
-		if r < 0 || r >= t.size || seen[r] {
-			return nil, t.fail("sub", -1, fmt.Errorf("shm: invalid sub-group ranks %v", ranks))
-		}
-		seen[r] = true
-		if r == t.rank {
-			me = i
-		}
-	}
-	if me < 0 {
-		return nil, t.fail("sub", -1, fmt.Errorf("shm: rank %d not in sub-group %v", t.rank, ranks))
+	me, err := transport.SubRank(t.rank, t.size, ranks)
+	if err != nil {
+		return nil, t.fail("sub", -1, err)
 	}
 	t.mu.Lock()
 	if t.closed.Load() {

@@ -547,19 +547,9 @@ func (t *Transport) Close() error {
 // rejects members that disagree on the list. Closing the parent closes the
 // sub-transport and aborts a Sub in progress.
 func (t *Transport) Sub(ctx context.Context, id uint64, ranks []int) (transport.Transport, error) {
-	me := -1
-	seen := make(map[int]bool, len(ranks))
-	for i, r := range ranks {
-		if r < 0 || r >= t.size || seen[r] {
-			return nil, t.fail("sub", r, fmt.Errorf("%w: sub-group ranks %v", transport.ErrInvalidPeer, ranks))
-		}
-		seen[r] = true
-		if r == t.rank {
-			me = i
-		}
-	}
-	if me < 0 {
-		return nil, t.fail("sub", -1, fmt.Errorf("tcp: rank %d is not in sub-group %v", t.rank, ranks))
+	me, err := transport.SubRank(t.rank, t.size, ranks)
+	if err != nil {
+		return nil, t.fail("sub", -1, err)
 	}
 	t.mu.Lock()
 	if t.closed.Load() {
