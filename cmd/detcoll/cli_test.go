@@ -319,12 +319,12 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 				if code == 0 {
 					t.Fatalf("exit 0 with a stopped peer:\n%s", out)
 				}
-				// Rank 0 always fails on its own, within the timeout. A third
-				// rank may be stopped by the launcher (SIGTERM once rank 0
-				// failed) a moment before its own timeout fires, and then has
-				// no line of its own (seen under CI load at W = 3); the
-				// launcher waits for every worker, so the bound below still
-				// holds for all of them.
+				// The first rank to time out reports it. Another rank may be
+				// stopped by the launcher (SIGTERM once the first failed) a
+				// moment before its own timeout fires, and then has no line
+				// of its own (seen under CI load at W = 3, rank 0 or rank 2
+				// alike); the launcher waits for every worker, so the bound
+				// below still holds for all of them.
 				reported := 0
 				for r := 0; r < w; r++ {
 					if r == 1 {
@@ -333,8 +333,6 @@ func TestBenchStoppedPeerFailsWithinTimeout(t *testing.T) {
 					re := regexp.MustCompile(`\[rank ` + strconv.Itoa(r) + `\] detcoll: .*(deadline exceeded|context canceled|connection reset|closed)`)
 					if re.MatchString(out) {
 						reported++
-					} else if r == 0 {
-						t.Fatalf("rank 0 reported no error:\n%s", out)
 					}
 				}
 				if reported == 0 {
