@@ -72,6 +72,9 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts 
 }
 
 func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	if sh, slot := c.window(); sh != nil {
+		return c.allReduceOneShot(ctx, sh, slot, call, send, recv, dt, acc)
+	}
 	n := len(send)
 	w := c.size
 	ws := c.workspace((w - 1) * n)
@@ -92,6 +95,9 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 }
 
 func (c *Comm) allReduceA2A(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate, count int) error {
+	if sh, slot := c.window(); sh != nil {
+		return c.allReduceShards(ctx, sh, slot, call, send, recv, dt, acc)
+	}
 	w, sz := c.size, dt.Size()
 	shard := func(r int) (int, int) {
 		off, n := tree.Shard(count, w, r)
@@ -146,6 +152,9 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 		return signature{op: opAllGather, dt: uint8(dt), count: uint64(n / dt.Size())}, nil
 	}, func(ctx context.Context, call agree.Call) error {
 		n := len(send)
+		if sh, slot := c.window(); sh != nil {
+			return c.allGatherWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt.Size())
+		}
 		copy(recv[c.rank*n:], send) // a no-op copy when in place
 		return c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
 	})
@@ -191,6 +200,15 @@ func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
 func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
 	// Long on purpose: both algorithms' lanes under one synchronisation, sharing one layout.
 	w := c.size
+	if sh, slot := c.window(); sh != nil && slot/w >= dt.Size() {
+		// Both algorithms read block r of every rank in place: the same bits.
+		for l := range sends {
+			if err := c.reduceScatterWindow(ctx, sh, slot, tag(phaseGather, call), sends[l], recvs[l], dt, acc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	total := 0
 	for _, r := range recvs {
 		total += len(r)
@@ -358,6 +376,14 @@ func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs [][]byte, dt DTyp
 		}
 		return signature{op: opAllGatherMany, dt: uint8(dt), lanes: uint32(len(sends)), count: uint64(sum(counts)), laneHash: laneHash(counts)}, nil
 	}, func(ctx context.Context, call agree.Call) error {
+		if sh, slot := c.window(); sh != nil {
+			for l := range sends {
+				if err := c.allGatherWindow(ctx, sh, slot, tag(phaseGather, call), sends[l], recvs[l], dt.Size()); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		for l, s := range sends {
 			copy(recvs[l][c.rank*len(s):], s)
 		}

@@ -78,6 +78,36 @@ type Exchanger interface {
 	Exchange(ctx context.Context, tag Tag, sendBuf, recvBuf func(peer int) ([]byte, bool), report func(error))
 }
 
+// Sharer is implemented by transports whose ranks map common memory (the
+// ranks of one host). Every rank has a window of two slots that every rank
+// can read: a collective stages a block in its next slot, publishes it under
+// a tag, and then reads every rank's block where it lies, with no copy into
+// private memory (a reduce reads all W inputs in one pass).
+//
+// One goroutine at a time uses a transport's window, and every rank makes
+// the same sequence of publications. The slots alternate, so a rank may
+// hold the views of one publication while it stages the next (at most two
+// unreleased); Stage waits until every rank has released the slot's
+// previous publication. A failed Stage or Publish leaves the window unusable
+// (the transport should be closed).
+type Sharer interface {
+	// WindowBytes is the capacity of one slot (0: this transport has no
+	// window, e.g. a group of one).
+	WindowBytes() int
+	// Stage returns this rank's next slot, n bytes (n ≤ WindowBytes), for
+	// the caller to fill.
+	Stage(ctx context.Context, n int) ([]byte, error)
+	// Publish makes the staged slot visible under tag and waits until every
+	// rank has published its own. It returns every rank's block, rank p's
+	// at index p (this rank's own slot included), read-only and valid until
+	// the matching Release. A peer that published another tag fails it
+	// with a *TagError (the peer's tag as Got) inside an *Error naming it.
+	Publish(ctx context.Context, tag Tag) ([][]byte, error)
+	// Release says this rank has finished reading the views of its oldest
+	// unreleased publication.
+	Release()
+}
+
 // Namer is implemented by transports that can describe themselves ("inproc",
 // "tcp", "nccl") for reports and errors.
 type Namer interface {

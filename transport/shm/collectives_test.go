@@ -18,16 +18,22 @@ import (
 	"github.com/detcoll/detcoll/store"
 )
 
-// TestCollectivesBitIdentical runs AllReduce (both algorithms), AllGather
-// and ReduceScatter over shm for W = 1…5, fp32 and bf16, with counts that
-// are tiny, uneven and larger than a ring (so the ring stream and the
-// direct copies are both used), and compares raw bytes with reduce.Oracle
-// and with the in-process transport.
+// TestCollectivesBitIdentical runs AllReduce (both algorithms, in and out
+// of place), AllGather, ReduceScatter and their Many forms over shm for
+// W = 1…5, fp32 and bf16, with counts that are empty, tiny, uneven and
+// larger than a ring and than a window slot (so the ring stream, the direct
+// copies, the window and its pieces are all used), and compares raw bytes
+// with reduce.Oracle and with the in-process transport.
 func TestCollectivesBitIdentical(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for w := 1; w <= 5; w++ {
-		for name, opt := range map[string]Options{"default": {}, "smallring": {DirectBytes: -1, RingBytes: minRingBytes}} {
+		for name, opt := range map[string]Options{
+			"default":     {},
+			"smallring":   {DirectBytes: -1, RingBytes: minRingBytes, WindowBytes: -1},
+			"nowindow":    {WindowBytes: -1},
+			"smallwindow": {WindowBytes: minWindowBytes},
+		} {
 			ts := connectGroup(t, store.NewMemory(), uniquePrefix("coll"), w, opt)
 			comms := make([]*detcoll.Comm, w)
 			for r := range comms {
@@ -44,7 +50,7 @@ func TestCollectivesBitIdentical(t *testing.T) {
 			for _, dt := range []dtype.DType{dtype.FP32, dtype.BF16} {
 				// 40,000 elements: messages of 80–160 KB, beyond the 64 KiB
 				// small ring and the direct-copy threshold.
-				counts := []int{1, 7, 1000*w + 3, 40_000}
+				counts := []int{0, 1, 7, 1000*w + 3, 40_000}
 				if os.Getenv("DETCOLL_LONG_TESTS") != "" {
 					counts = append(counts, 300_000*w+1)
 				}
@@ -112,6 +118,29 @@ func checkCollectives(t *testing.T, ctx context.Context, comms, ref []*detcoll.C
 				t.Fatalf("AllReduce %v rank %d differs from the oracle", alg, r)
 			}
 		}
+		outs = run(comms, func(c *detcoll.Comm, out []byte) error {
+			copy(out, ins[c.Rank()])
+			return c.AllReduce(ctx, out, out, dt, detcoll.WithAlgorithm(alg))
+		}, count*sz)
+		for r, o := range outs {
+			if !bytes.Equal(o, want) {
+				t.Fatalf("in-place AllReduce %v rank %d differs from the oracle", alg, r)
+			}
+		}
+	}
+	// Many forms: two lanes, the second a prefix of the first.
+	lanes := func(b []byte) [][]byte { return [][]byte{b, b[:len(b)/sz/2*sz]} }
+	gatherMany := func(c *detcoll.Comm, out []byte) error {
+		s := lanes(ins[c.Rank()])
+		n0 := w * len(s[0])
+		return c.AllGatherMany(ctx, s, [][]byte{out[:n0], out[n0:]}, dt)
+	}
+	manyLen := w * (count*sz + count/2*sz)
+	gm, gmRef := run(comms, gatherMany, manyLen), run(ref, gatherMany, manyLen)
+	for r := range gm {
+		if !bytes.Equal(gm[r], gmRef[r]) {
+			t.Fatalf("AllGatherMany rank %d differs from the in-process result", r)
+		}
 	}
 	gather := func(c *detcoll.Comm, out []byte) error { return c.AllGather(ctx, ins[c.Rank()], out, dt) }
 	got, exp := run(comms, gather, w*count*sz), run(ref, gather, w*count*sz)
@@ -138,6 +167,18 @@ func checkCollectives(t *testing.T, ctx context.Context, comms, ref []*detcoll.C
 		for r, o := range outs {
 			if !bytes.Equal(o, full[r*count*sz:(r+1)*count*sz]) {
 				t.Fatalf("ReduceScatter %v rank %d differs from the oracle", alg, r)
+			}
+		}
+		rsMany := func(c *detcoll.Comm, out []byte) error {
+			b := big[c.Rank()]
+			half := count / 2 * w * sz
+			return c.ReduceScatterMany(ctx, [][]byte{b, b[:half]}, [][]byte{out[:count*sz], out[count*sz:]}, dt, detcoll.WithAlgorithm(alg))
+		}
+		rl := count*sz + count/2*sz
+		rm, rmRef := run(comms, rsMany, rl), run(ref, rsMany, rl)
+		for r := range rm {
+			if !bytes.Equal(rm[r], rmRef[r]) || !bytes.Equal(rm[r][:count*sz], full[r*count*sz:(r+1)*count*sz]) {
+				t.Fatalf("ReduceScatterMany %v rank %d differs", alg, r)
 			}
 		}
 	}

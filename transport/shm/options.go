@@ -29,8 +29,11 @@ const (
 	DefaultRingBytes      = 1 << 20
 	DefaultDirectBytes    = 64 << 10
 	DefaultConnectTimeout = 60 * time.Second
+	DefaultWindowBytes    = 1 << 20
+	minWindowBytes        = 64 << 10
 	minRingBytes          = 64 << 10
 	maxSegmentBytes       = 1 << 30
+	maxWindowTotal        = 512 << 20
 )
 
 // Options tune Connect. The zero value is ready to use.
@@ -47,12 +50,20 @@ type Options struct {
 	DirectBytes int
 	// ConnectTimeout bounds Connect (and Sub). Zero means 60s.
 	ConnectTimeout time.Duration
+	// WindowBytes is the size of each of a rank's two window slots (the
+	// shared staging that collectives reduce from in place,
+	// transport.Sharer), rounded up to whole pages; zero means
+	// $DETCOLL_SHM_WINDOW_BYTES or else DefaultWindowBytes, shrunk (to no
+	// less than 64 KiB) so that the windows stay within 512 MiB; negative
+	// means no window (collectives then move messages through the rings).
+	WindowBytes int
 }
 
 // Environment overrides of the zero Options fields (for tuning and benchmarks).
 const (
 	EnvRingBytes   = "DETCOLL_SHM_RING_BYTES"
 	EnvDirectBytes = "DETCOLL_SHM_DIRECT_BYTES"
+	EnvWindowBytes = "DETCOLL_SHM_WINDOW_BYTES"
 )
 
 func envInt(name string) int {
@@ -81,6 +92,19 @@ func (o Options) withDefaults(size int) Options {
 	if o.DirectBytes == 0 {
 		o.DirectBytes = DefaultDirectBytes
 	}
+	if o.WindowBytes == 0 {
+		o.WindowBytes = envInt(EnvWindowBytes)
+	}
+	switch {
+	case o.WindowBytes < 0:
+		o.WindowBytes = 0
+	case o.WindowBytes == 0:
+		o.WindowBytes = DefaultWindowBytes
+		for o.WindowBytes > minWindowBytes && size*winSlots*o.WindowBytes > maxWindowTotal {
+			o.WindowBytes /= 2
+		}
+	}
+	o.WindowBytes = (o.WindowBytes + pageSize - 1) / pageSize * pageSize
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}

@@ -21,9 +21,10 @@ import (
 //	                     closed flag, then canRead[size] (1: this rank reads peer p directly)
 //	ring controls        one per ordered pair, 256 bytes: writer line, reader line, shared line
 //	ring data            one ring of ringBytes per ordered pair
+//	windows              two slots of windowBytes per rank (window.go)
 const (
 	segMagic   = 0x31_4d_53_63_64 // "dcSM1"
-	segVersion = 1
+	segVersion = 2
 	pageSize   = 4096
 	ctlBytes   = 256
 )
@@ -35,6 +36,9 @@ const (
 	offSize    = 12
 	offRing    = 16
 	offTotal   = 24
+	offWindow  = 32  // window slot bytes (0: no window)
+	offBell    = 64  // futex word bumped by every window publish and release
+	offBellWts = 128 // how many ranks sleep on offBell (its own cache line)
 )
 
 // Rank block fields.
@@ -45,6 +49,12 @@ const (
 	rbProbeVal  = 24
 	rbClosed    = 32
 	rbCanRead   = 64
+	// then, at layout.rbWin: the window line (published and released
+	// counts), then one 64-byte header per window slot.
+	rwPub   = 0
+	rwRel   = 8
+	rwHdr   = 64 // + slot*64: publication number, phase, length, seq, sig
+	rwBytes = rwHdr + winSlots*64
 )
 
 // Ring control fields: the writer's line, the reader's line, then shared words.
@@ -70,25 +80,33 @@ const (
 type layout struct {
 	size      int
 	ringBytes int
+	winBytes  int
+	rbWin     int // offset of the window fields in a rank block
 	rankBlock int
 	ranksOff  int
 	ctlOff    int
 	dataOff   int
+	winOff    int
 	total     int
 }
 
 func roundUp(n, a int) int { return (n + a - 1) / a * a }
 
-func newLayout(size, ringBytes int) layout {
-	l := layout{size: size, ringBytes: ringBytes}
-	l.rankBlock = roundUp(rbCanRead+size, 64)
+func newLayout(size, ringBytes, winBytes int) layout {
+	l := layout{size: size, ringBytes: ringBytes, winBytes: winBytes}
+	l.rbWin = roundUp(rbCanRead+size, 64)
+	l.rankBlock = l.rbWin + rwBytes
 	l.ranksOff = pageSize
 	l.ctlOff = roundUp(l.ranksOff+size*l.rankBlock, pageSize)
 	pairs := size * (size - 1)
 	l.dataOff = roundUp(l.ctlOff+pairs*ctlBytes, pageSize)
-	l.total = l.dataOff + pairs*ringBytes
+	l.winOff = roundUp(l.dataOff+pairs*ringBytes, pageSize)
+	l.total = l.winOff + size*winSlots*winBytes
 	return l
 }
+
+// winSlot is the offset of rank r's window slot i.
+func (l layout) winSlot(r, i int) int { return l.winOff + (r*winSlots+i)*l.winBytes }
 
 // pair is the index of the ring from → to.
 func (l layout) pair(from, to int) int {
@@ -127,12 +145,12 @@ func segmentName(prefix string) (string, error) {
 }
 
 // createSegment creates, sizes and maps a new segment and writes its header.
-func createSegment(prefix string, size, ringBytes int) (*segment, error) {
+func createSegment(prefix string, size, ringBytes, winBytes int) (*segment, error) {
 	name, err := segmentName(prefix)
 	if err != nil {
 		return nil, err
 	}
-	l := newLayout(size, ringBytes)
+	l := newLayout(size, ringBytes, winBytes)
 	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", name, err)
@@ -159,6 +177,7 @@ func createSegment(prefix string, size, ringBytes int) (*segment, error) {
 	binary.LittleEndian.PutUint32(mem[offSize:], uint32(size))
 	binary.LittleEndian.PutUint64(mem[offRing:], uint64(ringBytes))
 	binary.LittleEndian.PutUint64(mem[offTotal:], uint64(l.total))
+	binary.LittleEndian.PutUint64(mem[offWindow:], uint64(winBytes))
 	s.u64(offMagic).Store(segMagic) // last: the header is complete
 	return s, nil
 }
@@ -189,19 +208,21 @@ func openSegment(name string, size int) (*segment, error) {
 	gotSize := int(binary.LittleEndian.Uint32(mem[offSize:]))
 	ring := int(binary.LittleEndian.Uint64(mem[offRing:]))
 	total := int(binary.LittleEndian.Uint64(mem[offTotal:]))
+	win := int(binary.LittleEndian.Uint64(mem[offWindow:]))
 	switch {
 	case s.u64(offMagic).Load() != segMagic || binary.LittleEndian.Uint32(mem[offVersion:]) != segVersion:
 		err = fmt.Errorf("segment %s has no detcoll header (version %d)", name, segVersion)
 	case gotSize != size:
 		err = fmt.Errorf("segment %s is for %d ranks, this rank expects %d", name, gotSize, size)
-	case ring <= 0 || ring&(ring-1) != 0 || newLayout(size, ring).total != total || total != int(st.Size):
+	case ring <= 0 || ring&(ring-1) != 0 || win < 0 || win%pageSize != 0 ||
+		newLayout(size, ring, win).total != total || total != int(st.Size):
 		err = fmt.Errorf("segment %s has an inconsistent layout", name)
 	}
 	if err != nil {
 		unix.Munmap(mem)
 		return nil, err
 	}
-	s.l = newLayout(size, ring)
+	s.l = newLayout(size, ring, win)
 	return s, nil
 }
 

@@ -27,6 +27,10 @@ const (
 	busySpin = 30 * time.Microsecond
 )
 
+// closeWait bounds how long Close waits for window views to be released
+// before it leaves the segment mapped (a variable for the tests).
+var closeWait = 5 * time.Second
+
 var clockStart = time.Now()
 
 func nanotime() int64 { return int64(time.Since(clockStart)) }
@@ -71,7 +75,7 @@ func (t *Transport) peerDead(peer int) error {
 // wait blocks until ready holds: a short spin, a few yields, then futex
 // sleeps on word (announced through waiting, when not nil) with the
 // interruption checks between them.
-func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *atomic.Uint32, ready func() bool) error {
+func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *atomic.Uint32, ready func() bool, check func() error) error {
 	for i := 0; i < spinLoads; i++ {
 		if ready() {
 			return nil
@@ -102,6 +106,11 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 		}
 		if err := t.interrupted(ctx, peer, r); err != nil {
 			return err
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
 		}
 		seq := word.Load()
 		if waiting != nil {
@@ -154,7 +163,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf [
 	direct := t.opt.DirectBytes > 0 && len(buf) >= t.opt.DirectBytes &&
 		t.seg.mem[t.seg.rankOff(peer)+rbCanRead+t.rank] != 0
 	// Room for the header: nothing has moved if this fails.
-	if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) >= hdrBytes }); err != nil {
+	if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) >= hdrBytes }, nil); err != nil {
 		return t.fail("send", peer, err)
 	}
 	h := r.hdr[:]
@@ -181,7 +190,7 @@ func (t *Transport) Send(ctx context.Context, peer int, tag transport.Tag, buf [
 		if len(rest) == 0 {
 			return nil
 		}
-		if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) > 0 }); err != nil {
+		if err := t.wait(ctx, peer, r, r.spaceSeq, r.sendWait, func() bool { return r.size-(r.pos-r.tail.Load()) > 0 }, nil); err != nil {
 			r.breakStream() // half a message is in the ring
 			return t.fail("send", peer, err)
 		}
@@ -198,7 +207,7 @@ func (t *Transport) sendDirect(ctx context.Context, peer int, r *ring, buf []byt
 	r.pos += hdrBytes
 	r.head.Store(r.pos)
 	r.signalData()
-	err := t.wait(ctx, peer, r, r.direct, nil, func() bool { return r.direct.Load() != directPosted })
+	err := t.wait(ctx, peer, r, r.direct, nil, func() bool { return r.direct.Load() != directPosted }, nil)
 	if err != nil && r.direct.CompareAndSwap(directPosted, directCancelled) {
 		// The peer has not finished reading and now never reports the data.
 		r.breakStream()
@@ -221,7 +230,8 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 	}
 	defer t.life.RUnlock()
 	r := t.in[peer]
-	if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, func() bool { return r.head.Load()-r.pos >= hdrBytes }); err != nil {
+	hdrReady := func() bool { return r.head.Load()-r.pos >= hdrBytes }
+	if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, hdrReady, func() error { return t.publishedAhead(peer, tag, hdrReady) }); err != nil {
 		return t.fail("recv", peer, err)
 	}
 	h := r.hdr[:]
@@ -269,7 +279,7 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 		if len(rest) == 0 {
 			return nil
 		}
-		if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, func() bool { return r.head.Load() > r.pos }); err != nil {
+		if err := t.wait(ctx, peer, r, r.dataSeq, r.recvWait, func() bool { return r.head.Load() > r.pos }, nil); err != nil {
 			r.breakStream()
 			return t.fail("recv", peer, err)
 		}

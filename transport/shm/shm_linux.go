@@ -107,6 +107,9 @@ type Transport struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
+	win    window      // the collective staging window (window.go)
+	leaked atomic.Bool // Close left the segment mapped (views never released)
+
 	mu       sync.Mutex
 	children map[*Transport]struct{}
 	subSeq   map[uint64]int
@@ -116,6 +119,7 @@ var (
 	_ transport.Transport = (*Transport)(nil)
 	_ transport.Splitter  = (*Transport)(nil)
 	_ transport.Namer     = (*Transport)(nil)
+	_ transport.Sharer    = (*Transport)(nil)
 )
 
 func (t *Transport) Rank() int    { return t.rank }
@@ -182,7 +186,7 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 	var seg *segment
 	var mine error
 	if t.rank == 0 {
-		seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes)
+		seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes, t.opt.WindowBytes)
 		v := "err " + fmt.Sprint(mine)
 		if mine == nil {
 			v = "ok " + seg.name
@@ -320,15 +324,28 @@ func (t *Transport) Close() error {
 			return
 		}
 		t.seg.u32(t.seg.rankOff(t.rank) + rbClosed).Store(1)
+		futexWake(t.seg.u32(offBell)) // window waiters see the closed flag now
 		for p := range t.out {
 			if p != t.rank {
 				t.out[p].wakeAll()
 				t.in[p].wakeAll()
 			}
 		}
-		t.life.Lock()
-		t.seg.unmap()
-		t.life.Unlock()
+		// Wait for this rank's calls to return (they notice the closed
+		// flag at once) and for window views to be released. Views held
+		// past closeWait (a caller that never releases them) keep the
+		// mapping: leaked rather than unmapped under a reader.
+		for deadline := time.Now().Add(closeWait); ; time.Sleep(time.Millisecond) {
+			if t.life.TryLock() {
+				t.seg.unmap()
+				t.life.Unlock()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.leaked.Store(true)
+				break
+			}
+		}
 	})
 	return nil
 }

@@ -174,7 +174,7 @@ func TestOpenRejectsForeignSegment(t *testing.T) {
 	if _, err := openSegment("/etc/passwd", 2); err == nil {
 		t.Fatal("opened a file outside /dev/shm")
 	}
-	s, err := createSegment("x", 3, minRingBytes)
+	s, err := createSegment("x", 3, minRingBytes, minWindowBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,6 +431,22 @@ func helperMain() int {
 		}
 		start := time.Now()
 		err := tr.Recv(ctx, 1, transport.Tag{}, make([]byte, 8))
+		fmt.Printf("RESULT %v|%v|%d\n", errors.Is(err, ErrPeerDead), err, time.Since(start).Milliseconds())
+	case "windowdie":
+		// Rank 1 publishes once and dies; rank 0's second publication
+		// must fail with ErrPeerDead, not wait for its deadline.
+		if _, err := tr.Stage(ctx, 8); err == nil {
+			if _, err = tr.Publish(ctx, transport.Tag{Phase: 3}); err == nil {
+				tr.Release()
+			}
+		}
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		start := time.Now()
+		if _, err = tr.Stage(ctx, 8); err == nil {
+			_, err = tr.Publish(ctx, transport.Tag{Phase: 3})
+		}
 		fmt.Printf("RESULT %v|%v|%d\n", errors.Is(err, ErrPeerDead), err, time.Since(start).Milliseconds())
 	case "direct":
 		// Two processes: is the large message copied straight across?

@@ -1,0 +1,293 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/detcoll/detcoll/transport"
+)
+
+// The window (transport.Sharer): every rank owns winSlots slots of
+// layout.winBytes in the segment, and a line with two counters, the
+// publications it has published and the ones it has released. Publication
+// k (1, 2, …) uses slot k % winSlots. Before writing a slot for publication
+// k a rank waits until every rank has released k − winSlots, the last user
+// of that slot; after publishing k it waits until every rank has published
+// k, then checks each rank's slot header (publication number and tag). So
+// the ranks run in lockstep, a rank may hold the views of k while it fills
+// k+1, and nobody overwrites a block a peer may still be reading.
+//
+// Every publish and release bumps one futex word of the segment (the bell);
+// waiters spin, yield and then sleep on it, as the ring waits do.
+
+// winSlots is how many slots a rank's window has.
+const winSlots = 2
+
+// window is this rank's side of the window. It is used by one goroutine at
+// a time (transport.Sharer's rule), so its fields need no lock.
+type window struct {
+	staged int  // bytes staged in the next slot (valid when ok)
+	ok     bool // Stage has returned a slot that is not yet published
+	pub    uint64
+	rel    uint64
+	hold   int // stages and publications not yet released: the life lock is held while > 0
+	broken error
+	views  [winSlots][][]byte
+}
+
+var errNoWindow = errors.New("shm: this transport has no window (a group of one, or WindowBytes < 0)")
+
+// WindowBytes is the capacity of one window slot (0: no window).
+func (t *Transport) WindowBytes() int {
+	if t.seg == nil {
+		return 0
+	}
+	return t.seg.l.winBytes
+}
+
+func (t *Transport) winWord(r, off int) int { return t.seg.rankOff(r) + t.seg.l.rbWin + off }
+
+// ringBell wakes the ranks waiting on the window.
+func (t *Transport) ringBell() {
+	t.seg.u32(offBell).Add(1)
+	if t.seg.u32(offBellWts).Load() != 0 {
+		futexWake(t.seg.u32(offBell))
+	}
+}
+
+// hold takes the life lock for the first outstanding stage (Close waits for
+// the views to be released before it unmaps them).
+func (t *Transport) hold() error {
+	if t.win.hold == 0 {
+		t.life.RLock()
+		if t.closed.Load() {
+			t.life.RUnlock()
+			return transport.ErrClosed
+		}
+	}
+	t.win.hold++
+	return nil
+}
+
+func (t *Transport) unhold() {
+	t.win.hold--
+	if t.win.hold == 0 {
+		t.life.RUnlock()
+	}
+}
+
+// Stage returns this rank's next slot, n bytes, once every rank has
+// released the publication that used it last.
+func (t *Transport) Stage(ctx context.Context, n int) ([]byte, error) {
+	const op = "stage"
+	w := &t.win
+	switch {
+	case t.WindowBytes() == 0:
+		return nil, t.fail(op, -1, errNoWindow)
+	case w.broken != nil:
+		return nil, t.fail(op, -1, w.broken)
+	case n < 0 || n > t.seg.l.winBytes:
+		return nil, t.fail(op, -1, fmt.Errorf("%w: %d bytes for a %d-byte window slot", transport.ErrSizeMismatch, n, t.seg.l.winBytes))
+	case w.ok:
+		return nil, t.fail(op, -1, errors.New("shm: Stage twice without Publish"))
+	case w.pub+1-w.rel > winSlots:
+		return nil, t.fail(op, -1, fmt.Errorf("shm: Stage with %d publications unreleased (at most %d)", w.pub-w.rel, winSlots-1))
+	}
+	if err := t.hold(); err != nil {
+		return nil, t.fail(op, -1, err)
+	}
+	k := w.pub + 1
+	if k > winSlots {
+		need := k - winSlots
+		if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwRel)).Load() >= need }, nil); err != nil {
+			t.unhold()
+			w.broken = err
+			return nil, t.fail(op, p, err)
+		}
+	}
+	w.staged, w.ok = n, true
+	off := t.seg.l.winSlot(t.rank, int(k%winSlots))
+	return t.seg.mem[off : off+n : off+n], nil
+}
+
+// Publish makes the staged slot visible under tag, waits for every rank's
+// and returns their blocks.
+func (t *Transport) Publish(ctx context.Context, tag transport.Tag) ([][]byte, error) {
+	const op = "publish"
+	w := &t.win
+	if !w.ok {
+		return nil, t.fail(op, -1, errors.New("shm: Publish without Stage"))
+	}
+	w.ok = false
+	k := w.pub + 1
+	slot := int(k % winSlots)
+	h := t.winWord(t.rank, rwHdr+slot*64)
+	t.seg.u64(h).Store(k)
+	t.seg.u32(h + 8).Store(tag.Phase)
+	t.seg.u64(h + 16).Store(uint64(w.staged))
+	t.seg.u64(h + 24).Store(tag.Seq)
+	t.seg.u64(h + 32).Store(tag.Sig)
+	t.seg.u64(t.winWord(t.rank, rwPub)).Store(k) // after the header and the data
+	w.pub = k
+	t.ringBell()
+	fail := func(p int, err error) ([][]byte, error) {
+		w.broken = err
+		t.unhold()
+		return nil, t.fail(op, p, err)
+	}
+	if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwPub)).Load() >= k },
+		func(p int) error { return t.messageWaiting(p, tag) }); err != nil {
+		return fail(p, err)
+	}
+	views := w.views[slot]
+	if views == nil {
+		views = make([][]byte, t.size)
+		w.views[slot] = views
+	}
+	for p := 0; p < t.size; p++ {
+		ph := t.winWord(p, rwHdr+slot*64)
+		got := t.pubTag(p, slot)
+		n := t.seg.u64(ph + 16).Load()
+		switch {
+		case t.seg.u64(ph).Load() != k || n > uint64(t.seg.l.winBytes):
+			return fail(p, fmt.Errorf("%w: window slot of rank %d holds publication %d (%d bytes), want %d",
+				transport.ErrCorrupt, p, t.seg.u64(ph).Load(), n, k))
+		case got != tag:
+			return fail(p, &transport.TagError{Got: got, Want: tag})
+		}
+		off := t.seg.l.winSlot(p, slot)
+		views[p] = t.seg.mem[off : off+int(n) : off+int(n)]
+	}
+	return views, nil
+}
+
+// Release marks the oldest unreleased publication as read.
+func (t *Transport) Release() {
+	w := &t.win
+	if w.rel >= w.pub || w.hold == 0 {
+		return
+	}
+	w.rel++
+	if w.broken == nil {
+		t.seg.u64(t.winWord(t.rank, rwRel)).Store(w.rel)
+		t.ringBell()
+	}
+	t.unhold()
+}
+
+// winWait blocks until ready(p) holds for every peer p, with the waits and
+// interruption checks of the rings. On failure it names the peer waited for.
+func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check func(p int) error) (int, error) {
+	next := 0 // peers below next are ready: each condition only becomes true
+	pending := func() int {
+		for ; next < t.size; next++ {
+			if next != t.rank && !ready(next) {
+				return next
+			}
+		}
+		return -1
+	}
+	for i := 0; i < spinLoads; i++ {
+		if pending() < 0 {
+			return -1, nil
+		}
+	}
+	if t.spin > 0 {
+		for deadline := nanotime() + t.spin; nanotime() < deadline; {
+			for i := 0; i < spinLoads; i++ {
+				if pending() < 0 {
+					return -1, nil
+				}
+			}
+		}
+	}
+	for i := 0; i < spinYields; i++ {
+		runtime.Gosched()
+		if pending() < 0 {
+			return -1, nil
+		}
+	}
+	bell, waiters := t.seg.u32(offBell), t.seg.u32(offBellWts)
+	sleep := minSleep
+	for {
+		p := pending()
+		if p < 0 {
+			return -1, nil
+		}
+		if err := t.winInterrupted(ctx, p); err != nil {
+			return p, err
+		}
+		if check != nil {
+			if err := check(p); err != nil {
+				return p, err
+			}
+		}
+		seq := bell.Load()
+		waiters.Add(1)
+		if pending() < 0 {
+			waiters.Add(^uint32(0))
+			return -1, nil
+		}
+		futexWait(bell, seq, sleep)
+		waiters.Add(^uint32(0))
+		if pending() < 0 {
+			return -1, nil
+		}
+		if err := t.peerDead(p); err != nil {
+			return p, err
+		}
+		sleep = min(2*sleep, maxSleep)
+	}
+}
+
+// A rank's messages to a peer are in the ring before its later
+// publications, and ranks run the same steps: so a peer that has published
+// more than this rank while this rank waits for its message, or that sent a
+// message while this rank waits for its publication, is in another step of
+// another collective. Both are reported as a tag mismatch (the peer's tag as
+// Got), as a message with the wrong tag would be.
+
+// publishedAhead is the check of a Recv from peer waiting for a header.
+func (t *Transport) publishedAhead(peer int, want transport.Tag, ready func() bool) error {
+	if t.seg.l.winBytes == 0 {
+		return nil
+	}
+	k := t.seg.u64(t.winWord(peer, rwPub)).Load()
+	if k <= t.seg.u64(t.winWord(t.rank, rwPub)).Load() || ready() {
+		return nil
+	}
+	return &transport.TagError{Got: t.pubTag(peer, int(k%winSlots)), Want: want}
+}
+
+// messageWaiting is the check of a Publish waiting for peer.
+func (t *Transport) messageWaiting(peer int, want transport.Tag) error {
+	r := t.in[peer]
+	if r.head.Load()-r.pos < hdrBytes {
+		return nil
+	}
+	var h [hdrBytes]byte
+	r.get(r.pos, h[:])
+	got := transport.Tag{Phase: binary.LittleEndian.Uint32(h[4:]), Seq: binary.LittleEndian.Uint64(h[8:]), Sig: binary.LittleEndian.Uint64(h[16:])}
+	return &transport.TagError{Got: got, Want: want}
+}
+
+func (t *Transport) pubTag(p, slot int) transport.Tag {
+	ph := t.winWord(p, rwHdr+slot*64)
+	return transport.Tag{Phase: t.seg.u32(ph + 8).Load(), Seq: t.seg.u64(ph + 24).Load(), Sig: t.seg.u64(ph + 32).Load()}
+}
+
+func (t *Transport) winInterrupted(ctx context.Context, peer int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if t.seg.u32(t.seg.rankOff(peer)+rbClosed).Load() != 0 {
+		return transport.ErrPeerClosed
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/store"
+	"github.com/detcoll/detcoll/transport"
+)
+
+// eachRank runs fn on every rank concurrently and returns the errors.
+func eachRank(ts []*Transport, fn func(r int, tr *Transport) error) []error {
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for r, tr := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, tr)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestWindowPublishes: every rank sees every rank's block, of its own
+// length, through many publications (the two slots reused in turn), with
+// views of one publication held while the next is staged.
+func TestWindowPublishes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, w := range []int{2, 3, 5} {
+		ts := connectGroup(t, store.NewMemory(), uniquePrefix("win"), w, Options{WindowBytes: minWindowBytes})
+		errs := eachRank(ts, func(r int, tr *Transport) error {
+			if tr.WindowBytes() != minWindowBytes {
+				return errors.New("window size " + strconv.Itoa(tr.WindowBytes()))
+			}
+			var held [][]byte
+			for k := 0; k < 50; k++ {
+				n := (r*7 + k*13) % 1000
+				slot, err := tr.Stage(ctx, n)
+				if err != nil {
+					return err
+				}
+				copy(slot, pattern(n, r*1000+k))
+				if held != nil {
+					tr.Release() // the previous publication, after staging this one
+				}
+				views, err := tr.Publish(ctx, transport.Tag{Phase: 9, Seq: uint64(k)})
+				if err != nil {
+					return err
+				}
+				for p, v := range views {
+					if m := (p*7 + k*13) % 1000; !bytes.Equal(v, pattern(m, p*1000+k)) {
+						return errors.New("publication " + strconv.Itoa(k) + ": rank " + strconv.Itoa(p) + "'s block differs")
+					}
+				}
+				held = views
+			}
+			tr.Release()
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("W=%d rank %d: %v", w, r, err)
+			}
+		}
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}
+}
+
+// TestWindowTagMismatch: ranks publishing different tags both fail with a
+// *transport.TagError that names the peer and carries the peer's tag.
+func TestWindowTagMismatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winmis"), 2, Options{})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		if _, err := tr.Stage(ctx, 4); err != nil {
+			return err
+		}
+		_, err := tr.Publish(ctx, transport.Tag{Phase: 2, Seq: 5, Sig: uint64(100 + r)})
+		return err
+	})
+	for r, err := range errs {
+		var te *transport.TagError
+		var e *transport.Error
+		if !errors.As(err, &te) || !errors.As(err, &e) || e.Peer != 1-r || te.Got.Sig != uint64(100+1-r) || te.Want.Sig != uint64(100+r) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		// The window is unusable from here on.
+		if _, err := ts[r].Stage(ctx, 4); err == nil {
+			t.Fatalf("rank %d: Stage after a failed Publish succeeded", r)
+		}
+	}
+}
+
+// TestWindowMisuse: sizes beyond the slot, Stage twice, Publish without
+// Stage, too many unreleased publications and a group of one are errors.
+func TestWindowMisuse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winmisuse"), 2, Options{WindowBytes: minWindowBytes})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	tr := ts[0]
+	if _, err := tr.Stage(ctx, minWindowBytes+1); !errors.Is(err, transport.ErrSizeMismatch) {
+		t.Fatalf("oversized stage: %v", err)
+	}
+	if _, err := tr.Stage(ctx, -1); !errors.Is(err, transport.ErrSizeMismatch) {
+		t.Fatalf("negative stage: %v", err)
+	}
+	if _, err := tr.Publish(ctx, transport.Tag{}); err == nil {
+		t.Fatal("Publish without Stage succeeded")
+	}
+	if errs := eachRank(ts, func(r int, tr *Transport) error {
+		if _, err := tr.Stage(ctx, 1); err != nil {
+			return err
+		}
+		if _, err := tr.Stage(ctx, 1); err == nil {
+			return errors.New("Stage twice succeeded")
+		}
+		if _, err := tr.Publish(ctx, transport.Tag{}); err != nil {
+			return err
+		}
+		tr.Release()
+		return nil
+	}); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	one, err := Connect(ctx, store.NewMemory(), uniquePrefix("winone"), 0, 1, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if _, err := one.Stage(ctx, 1); !errors.Is(err, errNoWindow) || one.WindowBytes() != 0 {
+		t.Fatalf("group of one: %v", err)
+	}
+	// Two publications unreleased, then a third Stage.
+	ts2 := connectGroup(t, store.NewMemory(), uniquePrefix("winhold"), 2, Options{})
+	defer ts2[0].Close()
+	defer ts2[1].Close()
+	errs := eachRank(ts2, func(r int, tr *Transport) error {
+		for k := 0; k < 2; k++ {
+			if _, err := tr.Stage(ctx, 1); err != nil {
+				return err
+			}
+			if _, err := tr.Publish(ctx, transport.Tag{Seq: uint64(k)}); err != nil {
+				return err
+			}
+		}
+		_, err := tr.Stage(ctx, 1)
+		if err == nil {
+			return errors.New("a third Stage with two publications unreleased succeeded")
+		}
+		tr.Release()
+		tr.Release()
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestWindowWaitsBounded: a peer that never publishes fails the wait with
+// the context's error, naming that peer; a peer that closes fails it with
+// ErrPeerClosed; and Close of this rank unblocks its own wait.
+func TestWindowWaitsBounded(t *testing.T) {
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winwait"), 3, Options{})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	defer ts[2].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	ts[0].Stage(ctx, 1)
+	_, err := ts[0].Publish(ctx, transport.Tag{})
+	var e *transport.Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &e) || e.Peer != 1 || time.Since(start) > 5*time.Second {
+		t.Fatalf("silent peers: %v after %v", err, time.Since(start))
+	}
+	bg, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	done := make(chan error, 1)
+	ts[1].Stage(bg, 1)
+	go func() { _, err := ts[1].Publish(bg, transport.Tag{}); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	ts[2].Close()
+	if err := <-done; !errors.Is(err, transport.ErrPeerClosed) && !errors.Is(err, transport.ErrTagMismatch) {
+		// rank 0's abandoned publication may be seen first (another tag
+		// is impossible here: both use the zero tag), else rank 2's close.
+		t.Fatalf("closed peer: %v", err)
+	}
+}
+
+// TestWindowDeadPeerAcrossProcesses: a peer process killed between
+// publications fails the next one with ErrPeerDead within seconds.
+func TestWindowDeadPeerAcrossProcesses(t *testing.T) {
+	outs := runHelpers(t, "windowdie")
+	res := result(t, outs[0])
+	ms, _ := strconv.Atoi(res[2])
+	if res[0] != "true" || ms > 5000 {
+		t.Fatalf("rank 0 after its peer died: %v after %d ms", res[1], ms)
+	}
+}
+
+// TestCommUsesWindow: over shm the collectives publish through the window
+// (and with WindowBytes < 0 they do not), and a mismatched collective over
+// the window is ErrMismatch on every rank.
+func TestCommUsesWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, opt := range []Options{{}, {WindowBytes: -1}} {
+		ts := connectGroup(t, store.NewMemory(), uniquePrefix("commwin"), 3, opt)
+		comms := make([]*detcoll.Comm, 3)
+		for r := range comms {
+			comms[r], _ = detcoll.New(ts[r], detcoll.WithTimeout(10*time.Second))
+		}
+		if err := each(comms, func(c *detcoll.Comm) error {
+			b := make([]byte, 4096)
+			return c.AllReduce(ctx, b, b, dtype.FP32)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if used := ts[0].win.pub > 0; used != (opt.WindowBytes >= 0) {
+			t.Fatalf("options %+v: window used = %v", opt, used)
+		}
+		// Rank 2 reduces fp16 of the same byte size: a mismatch.
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				dt := dtype.FP32
+				b := make([]byte, 4096)
+				c.AllReduce(ctx, b, b, dt) // agreed once already
+				if r == 2 {
+					dt = dtype.FP16
+				}
+				errs[r] = c.AllReduce(ctx, b, b, dt)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if !errors.Is(err, detcoll.ErrMismatch) {
+				t.Fatalf("options %+v rank %d: %v", opt, r, err)
+			}
+		}
+		for _, c := range comms {
+			c.Close()
+		}
+	}
+}
+
+// TestCloseWithViewsHeld: Close while this rank still holds window views
+// does not hang; it leaves the mapping in place (the views stay readable)
+// and says so.
+func TestCloseWithViewsHeld(t *testing.T) {
+	old := closeWait
+	closeWait = 50 * time.Millisecond
+	defer func() { closeWait = old }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winheld"), 2, Options{})
+	var views [][]byte
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		slot, err := tr.Stage(ctx, 3)
+		if err != nil {
+			return err
+		}
+		copy(slot, "abc")
+		v, err := tr.Publish(ctx, transport.Tag{})
+		if r == 0 {
+			views = v
+		} else {
+			tr.Release()
+		}
+		return err
+	})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	ts[1].Close()
+	start := time.Now()
+	ts[0].Close()
+	if time.Since(start) > 5*time.Second || !ts[0].leaked.Load() || ts[1].leaked.Load() {
+		t.Fatalf("Close with views held: %v, leaked %v/%v", time.Since(start), ts[0].leaked.Load(), ts[1].leaked.Load())
+	}
+	if string(views[1]) != "abc" {
+		t.Fatalf("held view reads %q", views[1])
+	}
+}

@@ -1,0 +1,181 @@
+package detcoll
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/detcoll/detcoll/internal/agree"
+	"github.com/detcoll/detcoll/transport"
+	"github.com/detcoll/detcoll/tree"
+)
+
+// Collectives over a shared window (transport.Sharer: ranks of one host).
+// Instead of copying every peer's block into this rank's workspace and then
+// reducing, a rank stages its block in its window slot once, and the reduce
+// reads all W blocks where they lie: one copy in, one pass. Messages larger
+// than a slot run as pieces, each one publication; the arithmetic is
+// elementwise, so pieces and shards change no bit (docs/shm.md).
+
+// window returns the transport's window and the slot capacity, or nil when
+// collectives must move messages instead.
+func (c *Comm) window() (transport.Sharer, int) {
+	if c.size < 2 {
+		return nil, 0
+	}
+	sh, ok := c.t.(transport.Sharer)
+	if !ok {
+		return nil, 0
+	}
+	n := sh.WindowBytes()
+	if n <= 0 {
+		return nil, 0
+	}
+	return sh, n
+}
+
+// publish stages n bytes, lets fill write them, publishes under tg and checks
+// that every rank's block has want(p) bytes. The caller must Release.
+func publish(ctx context.Context, sh transport.Sharer, tg transport.Tag, n int, fill func(slot []byte), want func(p int) int) ([][]byte, error) {
+	slot, err := sh.Stage(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	fill(slot)
+	views, err := sh.Publish(ctx, tg)
+	if err != nil {
+		return nil, err
+	}
+	for p, v := range views {
+		if len(v) != want(p) {
+			sh.Release()
+			return nil, &transport.Error{Op: "publish", Peer: p,
+				Err: fmt.Errorf("%w: rank %d published %d bytes, want %d", transport.ErrSizeMismatch, p, len(v), want(p))}
+		}
+	}
+	return views, nil
+}
+
+// pieces calls fn for every piece [off, off+n) of total bytes, each at most
+// max bytes (a whole number of elements of size sz); a total of 0 is one
+// empty piece, so that every call publishes and is checked.
+func pieces(total, max, sz int, fn func(off, n int) error) error {
+	max = max / sz * sz
+	if max <= 0 {
+		return fmt.Errorf("detcoll: a window slot of %d bytes holds no element of %d bytes", max, sz)
+	}
+	for off := 0; ; off += max {
+		n := min(max, total-off)
+		if err := fn(off, n); err != nil {
+			return err
+		}
+		if off+n >= total {
+			return nil
+		}
+	}
+}
+
+func sameLen(n int) func(int) int { return func(int) int { return n } }
+
+// allReduceOneShot: every rank publishes its piece; every rank reduces all W
+// pieces into its recv.
+func (c *Comm) allReduceOneShot(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	tg := tag(phaseGather, call)
+	return pieces(len(send), slot, dt.Size(), func(off, n int) error {
+		views, err := publish(ctx, sh, tg, n, func(s []byte) { copy(s, send[off:off+n]) }, sameLen(n))
+		if err != nil {
+			return err
+		}
+		defer sh.Release()
+		return c.reducer.Reduce(dt, acc, views, recv[off:off+n])
+	})
+}
+
+// allReduceShards: every rank publishes its piece, reduces its shard of the
+// piece from all W into its next slot and publishes that; every rank then
+// copies the W reduced shards into recv. Each rank reduces 1/W of the data
+// (the bandwidth-optimal form, for large messages and W > 2).
+func (c *Comm) allReduceShards(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	w, sz := c.size, dt.Size()
+	tgIn, tgOut := tag(phaseA2A, call), tag(phaseShards, call)
+	inputs := make([][]byte, w)
+	return pieces(len(send), slot, sz, func(off, n int) error {
+		shard := func(r int) (int, int) {
+			o, k := tree.Shard(n/sz, w, r)
+			return o * sz, (o + k) * sz
+		}
+		lo, hi := shard(c.rank)
+		views, err := publish(ctx, sh, tgIn, n, func(s []byte) { copy(s, send[off:off+n]) }, sameLen(n))
+		if err != nil {
+			return err
+		}
+		out, err := sh.Stage(ctx, hi-lo)
+		if err != nil {
+			sh.Release()
+			return err
+		}
+		for p, v := range views {
+			inputs[p] = v[lo:hi]
+		}
+		err = c.reducer.Reduce(dt, acc, inputs, out)
+		sh.Release()
+		if err != nil {
+			return err
+		}
+		shards, err := sh.Publish(ctx, tgOut)
+		if err != nil {
+			return err
+		}
+		defer sh.Release()
+		for p, v := range shards {
+			plo, phi := shard(p)
+			if len(v) != phi-plo {
+				return &transport.Error{Op: "publish", Peer: p,
+					Err: fmt.Errorf("%w: rank %d published a shard of %d bytes, want %d", transport.ErrSizeMismatch, p, len(v), phi-plo)}
+			}
+			copy(recv[off+plo:off+phi], v)
+		}
+		return nil
+	})
+}
+
+// allGatherWindow: every rank publishes its piece and copies every rank's
+// into recv.
+func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot int, tg transport.Tag, send, recv []byte, sz int) error {
+	bn := len(send)
+	return pieces(bn, slot, sz, func(off, n int) error {
+		views, err := publish(ctx, sh, tg, n, func(s []byte) { copy(s, send[off:off+n]) }, sameLen(n))
+		if err != nil {
+			return err
+		}
+		defer sh.Release()
+		for p, v := range views {
+			if p != c.rank {
+				copy(recv[p*bn+off:], v)
+			}
+		}
+		copy(recv[c.rank*bn+off:], send[off:off+n]) // a no-op copy when in place
+		return nil
+	})
+}
+
+// reduceScatterWindow: piece j of every block goes into the slot (block b's
+// piece at b*n); rank r reduces block r's piece of every rank.
+func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slot int, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) error {
+	w, bn := c.size, len(recv)
+	inputs := make([][]byte, w)
+	return pieces(bn, slot/w, dt.Size(), func(off, n int) error {
+		views, err := publish(ctx, sh, tg, w*n, func(s []byte) {
+			for b := 0; b < w; b++ {
+				copy(s[b*n:(b+1)*n], send[b*bn+off:b*bn+off+n])
+			}
+		}, sameLen(w*n))
+		if err != nil {
+			return err
+		}
+		defer sh.Release()
+		for p, v := range views {
+			inputs[p] = v[c.rank*n : (c.rank+1)*n]
+		}
+		return c.reducer.Reduce(dt, acc, inputs, recv[off:off+n])
+	})
+}
