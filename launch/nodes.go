@@ -15,7 +15,10 @@ import (
 
 // Keys of the launcher's protocol between nodes, under keyPrefix:
 //
-//	config        "nnodes=N nproc=P", set by node 0, checked by the others
+//	config        "nnodes=N nproc=P …", set by node 0, checked by the others
+//	next_node     counter: join-order node ranks (c10d without --node-rank,
+//	              elastic jobs; elastic.go)
+//	nnodes        the number of nodes an elastic rendezvous admitted
 //	torch_port    the MASTER_PORT node 0 picked for torch
 //	node/<r>      counter: node r joined (twice is an error)
 //	joined        counter; all_joined is set by the last node to join
@@ -276,15 +279,26 @@ func (nd *nodes) count(ctx context.Context, key string) error {
 	return err
 }
 
+// confString is what every node of a job must agree on.
+func (j *job) confString() string {
+	c := &j.cfg
+	return fmt.Sprintf("nnodes=%s nproc=%d rdzv_id=%s master_port=%d", c.nnodesSpec(), c.NprocPerNode, c.RdzvID, c.MasterPort)
+}
+
+// publishConfig is node 0's: the job's config and the torch port, for the
+// other nodes to check and learn.
+func (j *job) publishConfig(ctx context.Context, st store.Store) error {
+	if err := st.Set(ctx, "config", []byte(j.confString())); err != nil {
+		return err
+	}
+	return st.Set(ctx, "torch_port", []byte(strconv.Itoa(j.torchPort)))
+}
+
 // rendezvous runs the join protocol and learns j.torchPort.
 func (nd *nodes) rendezvous(ctx context.Context, j *job) error {
-	c := &j.cfg
-	conf := fmt.Sprintf("nnodes=%d nproc=%d rdzv_id=%s master_port=%d", c.Nnodes, c.NprocPerNode, c.RdzvID, c.MasterPort)
+	conf := j.confString()
 	if nd.node == 0 {
-		if err := nd.st.Set(ctx, "config", []byte(conf)); err != nil {
-			return err
-		}
-		if err := nd.st.Set(ctx, "torch_port", []byte(strconv.Itoa(j.torchPort))); err != nil {
+		if err := j.publishConfig(ctx, nd.st); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	j := &job{cfg: c, world: c.Nnodes * c.NprocPerNode, token: c.Token}
+	j := &job{cfg: c, nnodes: c.Nnodes, world: c.Nnodes * c.NprocPerNode, token: c.Token}
 	return j.run(ctx)
 }
 
@@ -34,7 +34,9 @@ func restartable(err error) bool {
 
 type job struct {
 	cfg       Config
-	world     int
+	nnodes    int  // nodes in this attempt: Nnodes, or those an elastic rendezvous admitted
+	world     int  // nnodes × NprocPerNode
+	host      bool // this node serves the store because it won the c10d "is host" race
 	token     string
 	storeAddr string // given to workers
 	torchAddr string // MASTER_ADDR given to workers
@@ -95,7 +97,7 @@ func (j *job) decideRole() error {
 	err := j.serve()
 	switch {
 	case err == nil:
-		c.NodeRank = 0
+		c.NodeRank, j.host = 0, true
 		if generated {
 			j.printToken()
 		}

@@ -350,7 +350,7 @@ func (j *job) workerEnv(rank, local int) []string {
 		{"LOCAL_RANK", itoa(local)},
 		{"LOCAL_WORLD_SIZE", itoa(c.NprocPerNode)},
 		{"GROUP_RANK", itoa(c.NodeRank)},
-		{"GROUP_WORLD_SIZE", itoa(c.Nnodes)},
+		{"GROUP_WORLD_SIZE", itoa(j.nnodes)},
 		{"ROLE_RANK", itoa(rank)},
 		{"ROLE_WORLD_SIZE", itoa(j.world)},
 		{"ROLE_NAME", c.Role},
@@ -367,7 +367,7 @@ func (j *job) workerEnv(rank, local int) []string {
 		{EnvLocalRank, itoa(local)},
 		{EnvLocalWorldSize, itoa(c.NprocPerNode)},
 		{EnvNodeRank, itoa(c.NodeRank)},
-		{EnvNnodes, itoa(c.Nnodes)},
+		{EnvNnodes, itoa(j.nnodes)},
 		{EnvStoreAddr, j.storeAddr},
 		{EnvToken, j.token},
 	}
