@@ -27,6 +27,41 @@ import (
 // beyond MAX, before node 0 saw the counter) is refused too.
 const closedBias = 1 << 40
 
+// attemptKey (not under an attempt's prefix) holds the attempt whose
+// admission node 0's current store runs, for a node that arrives during a
+// restarted attempt (elastic jobs only).
+const attemptKey = keyPrefix + "attempt"
+
+// prefix is this attempt's key prefix.
+func (j *job) prefix() string {
+	if j.attempt == 0 {
+		return keyPrefix
+	}
+	return keyPrefix + "attempt" + strconv.Itoa(j.attempt) + "/"
+}
+
+// syncAttempt reads which attempt node 0's store serves. A node that is
+// behind (it arrives while a restarted attempt runs) takes that attempt
+// as its own, so that it meets the others' admission (and joins it, or is
+// told it closed) instead of waiting under keys nobody uses. A node that
+// is ahead reached node 0's previous store, about to close: join dials
+// again.
+func (j *job) syncAttempt(ctx context.Context, st store.Store) error {
+	b, err := st.Get(ctx, attemptKey)
+	if err != nil {
+		return err
+	}
+	cur, err := strconv.Atoi(string(b))
+	if err != nil || cur < 0 {
+		return fmt.Errorf("launch: node 0's store names attempt %q", b)
+	}
+	if cur < j.attempt {
+		return fmt.Errorf("launch: node 0's store is still attempt %d's, this node is at attempt %d", cur, j.attempt)
+	}
+	j.attempt = cur
+	return nil
+}
+
 // admitPoll is how often node 0 reads the ticket counter while the
 // admission is open.
 const admitPoll = 20 * time.Millisecond

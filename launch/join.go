@@ -80,24 +80,27 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 		}
 		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
 	}
-	prefix := keyPrefix
-	if j.attempt > 0 {
-		prefix += "attempt" + strconv.Itoa(j.attempt) + "/"
-	}
+	prefix := j.prefix()
 	nnodes := c.Nnodes
 	switch {
 	case c.elastic():
 		var inner error // interruptible turns a timeout into an InterruptedError
 		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
-			st := store.Prefix(cl, prefix)
 			if c.NodeRank == 0 {
-				// The config first, so that a joining node can check it
-				// while the admission is still open.
-				if inner = j.publishConfig(ctx, st); inner == nil {
+				// The attempt and the config first, so that a joining
+				// node can check them while the admission is open.
+				st := store.Prefix(cl, prefix)
+				if inner = cl.Set(ctx, attemptKey, []byte(strconv.Itoa(j.attempt))); inner == nil {
+					inner = j.publishConfig(ctx, st)
+				}
+				if inner == nil {
 					nnodes, inner = j.admitNodes(ctx, st, addr)
 				}
-			} else {
-				nnodes, inner = j.takeTicket(ctx, st, addr)
+				return inner
+			}
+			if inner = j.syncAttempt(ctx, cl); inner == nil {
+				prefix = j.prefix()
+				nnodes, inner = j.takeTicket(ctx, store.Prefix(cl, prefix), addr)
 			}
 			return inner
 		})

@@ -187,3 +187,37 @@ func TestElasticRestartReadmits(t *testing.T) {
 		t.Errorf("%d admissions of 2 nodes, want 2 (one per attempt)\n%s", n, all)
 	}
 }
+
+// A node that comes while a restarted attempt runs meets that attempt's
+// closed admission: the same clear error at once, not a wait under the
+// first attempt's keys.
+func TestElasticLateNodeRefusedAfterRestart(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	script := `echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK"; if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; sleep 3`
+	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
+	n0 := exec.CommandContext(ctx, detcollBin, args...)
+	n0.Env = cleanEnv("DETCOLL_TOKEN=tok")
+	var out0, err0 lockedBuffer
+	n0.Stdout, n0.Stderr = &out0, &err0
+	if err := n0.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out0.String(), "[rank 1] attempt 1 rank 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 0 never restarted its workers:\n%s\n%s", out0.String(), err0.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	late := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	want := "it had closed before this node joined; the job runs with 1 node, without this one"
+	if late.code != 1 || !strings.Contains(late.stderr, want) || late.took > 5*time.Second {
+		t.Errorf("late node: exit %d in %v, want 1 at once and %q\nstdout:\n%s\nstderr:\n%s", late.code, late.took, want, late.stdout, late.stderr)
+	}
+	if err := n0.Wait(); err != nil {
+		t.Errorf("node 0: %v\n%s\n%s", err, out0.String(), err0.String())
+	}
+}
