@@ -142,7 +142,14 @@
 // finished, so every node returns the job's outcome; node 0 keeps the store
 // up until every node has left. A node that loses its connection to the
 // store stops its workers, and so does a node whose peers' heartbeats (one
-// per MonitorInterval) stop for six periods (at least 3 s). There is no
-// elasticity; MaxRestarts restarts every node's worker group, node 0
-// serving a new store for each attempt.
+// per MonitorInterval) stop for six periods (at least 3 s). MaxRestarts
+// restarts every node's worker group, node 0 serving a new store for each
+// attempt.
+//
+// An elastic job (MinNodes < Nnodes, torchrun's --nnodes MIN:MAX) first
+// admits its nodes, in join order, until Nnodes have joined or, once
+// MinNodes have, until LastCallTimeout passes without a new one; it then
+// runs as a fixed job of the admitted nodes. A node that comes later gets a
+// *RendezvousClosedError at once. Each attempt admits anew. The running
+// group does not grow (no scale-up while it runs).
 package launch
