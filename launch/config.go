@@ -119,7 +119,12 @@ type Config struct {
 	Cmd []string // the worker command and its arguments
 
 	Stdout, Stderr io.Writer // nil means os.Stdout, os.Stderr
-	Env            []string  // base environment of workers; nil means os.Environ()
+	// StderrTerminal says that Stderr is a terminal (found by Run for a
+	// terminal *os.File; set it for a writer that reaches one): rank 0's
+	// carriage-return updates are then drawn there in place, and rank 0
+	// gets EnvConsoleTTY=1 (see EnvConsoleTTY).
+	StderrTerminal bool
+	Env            []string // base environment of workers; nil means os.Environ()
 
 	// GracePeriod is the time between SIGTERM (or a forwarded signal) and
 	// SIGKILL when stopping workers; 0 means DefaultGracePeriod.
@@ -206,6 +211,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Env == nil {
 		c.Env = os.Environ()
+	}
+	if !c.StderrTerminal {
+		c.StderrTerminal = isTerminal(c.Stderr)
 	}
 	if c.AssignNodeRank && c.Nnodes <= 1 {
 		c.AssignNodeRank, c.NodeRank = false, 0 // one node: it is node 0

@@ -45,6 +45,7 @@ type job struct {
 	nodes     *nodes // coordination with other nodes; nil on a single node
 	stdout    *lineWriter
 	stderr    *lineWriter
+	status    *statusLine // the terminal's last line, drawn by rank 0; nil without a terminal
 	workers   []*worker
 	attempt   int    // restart count
 	logRoot   string // LogDir/RdzvID, when logs are written
@@ -65,6 +66,13 @@ func (j *job) run(ctx context.Context) error {
 		return err
 	}
 	j.stdout, j.stderr = destinations(c.Stdout, c.Stderr)
+	if c.StderrTerminal {
+		j.status = newStatusLine(c.Stderr)
+		j.stderr.status = j.status
+		if j.stdout == j.stderr || isTerminal(c.Stdout) {
+			j.stdout.status = j.status // the same terminal: its lines go above the bar too
+		}
+	}
 	for {
 		err := j.runAttempt(ctx)
 		if err == nil || j.attempt >= c.MaxRestarts || !restartable(err) || ctx.Err() != nil {
