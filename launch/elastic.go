@@ -27,9 +27,9 @@ import (
 // beyond MAX, before node 0 saw the counter) is refused too.
 const closedBias = 1 << 40
 
-// attemptKey (not under an attempt's prefix) holds the attempt whose
-// admission node 0's current store runs, for a node that arrives during a
-// restarted attempt (elastic jobs only).
+// attemptKey (not under an attempt's prefix) holds the attempt node 0's
+// current store serves, for an elastic job's node that arrives during a
+// restarted attempt.
 const attemptKey = keyPrefix + "attempt"
 
 // prefix is this attempt's key prefix.
@@ -140,6 +140,11 @@ func (j *job) admissionTimeout(joined int, addr string, err error) error {
 // a *RendezvousClosedError if this node came too late.
 func (j *job) takeTicket(ctx context.Context, st store.Store, addr string) (int, error) {
 	c := &j.cfg
+	// Before the ticket, so that a node with another config (another
+	// --nnodes, --nproc-per-node, …) fails without being counted.
+	if err := j.checkConfig(ctx, st, -1); err != nil {
+		return 0, err
+	}
 	v, err := st.Add(ctx, "next_node", 1)
 	if err != nil {
 		return 0, err

@@ -90,10 +90,7 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 				// The attempt and the config first, so that a joining
 				// node can check them while the admission is open.
 				st := store.Prefix(cl, prefix)
-				if inner = cl.Set(ctx, attemptKey, []byte(strconv.Itoa(j.attempt))); inner == nil {
-					inner = j.publishConfig(ctx, st)
-				}
-				if inner == nil {
+				if inner = j.publishConfig(ctx, cl, st); inner == nil {
 					nnodes, inner = j.admitNodes(ctx, st, addr)
 				}
 				return inner

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -219,5 +220,46 @@ func TestElasticLateNodeRefusedAfterRestart(t *testing.T) {
 	}
 	if err := n0.Wait(); err != nil {
 		t.Errorf("node 0: %v\n%s\n%s", err, out0.String(), err0.String())
+	}
+}
+
+// A node whose config differs from node 0's (here --nproc-per-node) is
+// refused before it takes a ticket (exit 2, both configs named), so node 0
+// is not made to wait for it: it runs alone after the last call.
+func TestElasticConfigMismatchNotAdmitted(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	args := elasticArgs(port, "1:2", "1.5", "/bin/sh", "-c", elasticScript)
+	n0 := exec.CommandContext(ctx, detcollBin, args...)
+	n0.Env = cleanEnv("DETCOLL_TOKEN=tok")
+	var out0, err0 lockedBuffer
+	n0.Stdout, n0.Stderr = &out0, &err0
+	if err := n0.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Node 0 is the launcher that binds the store port first: wait for it.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 0 never served the store:\n%s", err0.String())
+		}
+	}
+	other := elasticArgs(port, "1:2", "1.5", "--nproc-per-node", "1", "/bin/sh", "-c", elasticScript)
+	r := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), other...)
+	want := "this node has nnodes=1:2 nproc=1 rdzv_id=elastic master_port=0 but node 0 has nnodes=1:2 nproc=2 rdzv_id=elastic master_port=0"
+	if r.code != 2 || !strings.Contains(r.stderr, want) {
+		t.Errorf("mismatched node: exit %d, want 2 and %q\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	if err := n0.Wait(); err != nil {
+		t.Fatalf("node 0: %v\n%s\n%s", err, out0.String(), err0.String())
+	}
+	checkWorld(t, []result{{stdout: out0.String()}}, 1)
+	if !strings.Contains(err0.String(), "rendezvous closed with 1 node of --nnodes 1:2") {
+		t.Errorf("node 0:\n%s", err0.String())
 	}
 }
