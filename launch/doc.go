@@ -91,6 +91,10 @@
 // a line longer than MaxLineLen bytes is split into several prefixed lines.
 // A line is forwarded once complete, so a partial line (a progress bar
 // without newline) shows when its newline, or the worker's exit, comes.
+// The exception is rank 0's stderr when Config.Stderr is a terminal
+// (Config.StderrTerminal): rank 0 then gets EnvConsoleTTY=1, and its
+// carriage-return updates are drawn at once, unprefixed, on the terminal's
+// last line, with every other line written above them (console.go).
 //
 // Stopping: on the first failure of a worker (non-zero exit or death by
 // signal), on ctx being done, on a signal arriving on Config.Signals, or on
