@@ -34,8 +34,19 @@ type Progress struct {
 // NewProgress returns a Progress writing to w for total rows (Update may
 // change the total).
 func NewProgress(w io.Writer, total int) *Progress {
+	return newProgress(w, total, isTerminal(w))
+}
+
+// NewProgressBar is NewProgress that draws the bar whatever w is: for a w
+// that reaches a terminal through someone else, as rank 0's stderr does
+// under `detcoll launch` on a terminal (launch.EnvConsoleTTY).
+func NewProgressBar(w io.Writer, total int) *Progress {
+	return newProgress(w, total, true)
+}
+
+func newProgress(w io.Writer, total int, bar bool) *Progress {
 	p := &Progress{MinInterval: 2 * time.Second, w: w, total: total, lastDone: -1, started: time.Now()}
-	if isTerminal(w) {
+	if bar {
 		p.bar = progressbar.NewOptions(max(total, 1),
 			progressbar.OptionSetWriter(w),
 			progressbar.OptionSetDescription("bench"),

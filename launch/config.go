@@ -32,6 +32,8 @@ const (
 	TailLines = 20
 	// DefaultMonitorInterval is the node heartbeat period.
 	DefaultMonitorInterval = 500 * time.Millisecond
+	// DefaultLastCallTimeout is torchrun's last_call_timeout (30 s).
+	DefaultLastCallTimeout = 30 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by Run's and ParseArgs's errors about the
@@ -44,6 +46,20 @@ type Config struct {
 	NprocPerNode int // workers on this node; 0 means 1
 	Nnodes       int // nodes in the job; 0 means 1
 	NodeRank     int // this node, 0 … Nnodes-1; node 0 serves the store
+
+	// MinNodes below Nnodes makes the job elastic (torchrun's --nnodes
+	// MIN:MAX): node 0's rendezvous admits nodes until Nnodes have joined,
+	// or, once MinNodes have, until LastCallTimeout has passed without a
+	// new one; the job then runs with the admitted nodes (WORLD_SIZE =
+	// admitted × NprocPerNode), node ranks in join order (AssignNodeRank
+	// must be set). A node that comes later fails with ErrRendezvousClosed.
+	// 0 means Nnodes (a fixed job).
+	MinNodes int
+	// LastCallTimeout is the elastic rendezvous's last call: how long node
+	// 0 waits for one more node once MinNodes have joined (each join
+	// starts it again, as torchrun's c10d does); 0 means
+	// DefaultLastCallTimeout.
+	LastCallTimeout time.Duration
 
 	// AssignNodeRank (torchrun's c10d rendezvous without --node-rank)
 	// ignores NodeRank: the node that owns MasterAddr and binds the store
@@ -103,7 +119,12 @@ type Config struct {
 	Cmd []string // the worker command and its arguments
 
 	Stdout, Stderr io.Writer // nil means os.Stdout, os.Stderr
-	Env            []string  // base environment of workers; nil means os.Environ()
+	// StderrTerminal says that Stderr is a terminal (found by Run for a
+	// terminal *os.File; set it for a writer that reaches one): rank 0's
+	// carriage-return updates are then drawn there in place, and rank 0
+	// gets EnvConsoleTTY=1 (see EnvConsoleTTY).
+	StderrTerminal bool
+	Env            []string // base environment of workers; nil means os.Environ()
 
 	// GracePeriod is the time between SIGTERM (or a forwarded signal) and
 	// SIGKILL when stopping workers; 0 means DefaultGracePeriod.
@@ -116,6 +137,18 @@ type Config struct {
 
 	hosts       hostInfo // filled by normalize
 	clientHosts hostInfo // with AssignNodeRank: hosts if another node serves
+}
+
+// elastic reports whether the job admits between MinNodes and Nnodes nodes
+// (after normalize).
+func (c *Config) elastic() bool { return c.MinNodes < c.Nnodes }
+
+// nnodesSpec is --nnodes as given: N or MIN:MAX.
+func (c *Config) nnodesSpec() string {
+	if c.elastic() {
+		return fmt.Sprintf("%d:%d", c.MinNodes, c.Nnodes)
+	}
+	return strconv.Itoa(c.Nnodes)
 }
 
 // parseDuration accepts a Go duration or a number of seconds.
@@ -146,6 +179,12 @@ func (c Config) normalize() (Config, error) {
 	if c.Nnodes == 0 {
 		c.Nnodes = 1
 	}
+	if c.MinNodes == 0 {
+		c.MinNodes = c.Nnodes
+	}
+	if c.LastCallTimeout == 0 {
+		c.LastCallTimeout = DefaultLastCallTimeout
+	}
 	if c.GracePeriod == 0 {
 		c.GracePeriod = DefaultGracePeriod
 	}
@@ -173,6 +212,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
+	if !c.StderrTerminal {
+		c.StderrTerminal = isTerminal(c.Stderr)
+	}
 	if c.AssignNodeRank && c.Nnodes <= 1 {
 		c.AssignNodeRank, c.NodeRank = false, 0 // one node: it is node 0
 	}
@@ -189,6 +231,12 @@ func (c Config) normalize() (Config, error) {
 		return bad("NprocPerNode (--nproc-per-node)=%d is negative", c.NprocPerNode)
 	case c.Nnodes < 0:
 		return bad("Nnodes (--nnodes)=%d is negative", c.Nnodes)
+	case c.MinNodes < 1 || c.MinNodes > c.Nnodes:
+		return bad("MinNodes (--nnodes MIN:MAX)=%d is not in 1…%d (Nnodes, MAX)", c.MinNodes, c.Nnodes)
+	case c.MinNodes < c.Nnodes && !c.AssignNodeRank:
+		return bad("an elastic job (--nnodes %d:%d) assigns node ranks in join order: set AssignNodeRank (no --node-rank)", c.MinNodes, c.Nnodes)
+	case c.LastCallTimeout < 0:
+		return bad("LastCallTimeout (--rdzv-conf last_call_timeout)=%v is negative", c.LastCallTimeout)
 	case !c.AssignNodeRank && (c.NodeRank < 0 || c.NodeRank >= c.Nnodes):
 		return bad("NodeRank (--node-rank)=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
 	case c.MasterPort < 0 || c.MasterPort > 65535:

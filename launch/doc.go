@@ -91,6 +91,10 @@
 // a line longer than MaxLineLen bytes is split into several prefixed lines.
 // A line is forwarded once complete, so a partial line (a progress bar
 // without newline) shows when its newline, or the worker's exit, comes.
+// The exception is rank 0's stderr when Config.Stderr is a terminal
+// (Config.StderrTerminal): rank 0 then gets EnvConsoleTTY=1, and its
+// carriage-return updates are drawn at once, unprefixed, on the terminal's
+// last line, with every other line written above them (console.go).
 //
 // Stopping: on the first failure of a worker (non-zero exit or death by
 // signal), on ctx being done, on a signal arriving on Config.Signals, or on
@@ -142,7 +146,14 @@
 // finished, so every node returns the job's outcome; node 0 keeps the store
 // up until every node has left. A node that loses its connection to the
 // store stops its workers, and so does a node whose peers' heartbeats (one
-// per MonitorInterval) stop for six periods (at least 3 s). There is no
-// elasticity; MaxRestarts restarts every node's worker group, node 0
-// serving a new store for each attempt.
+// per MonitorInterval) stop for six periods (at least 3 s). MaxRestarts
+// restarts every node's worker group, node 0 serving a new store for each
+// attempt.
+//
+// An elastic job (MinNodes < Nnodes, torchrun's --nnodes MIN:MAX) first
+// admits its nodes, in join order, until Nnodes have joined or, once
+// MinNodes have, until LastCallTimeout passes without a new one; it then
+// runs as a fixed job of the admitted nodes. A node that comes later gets a
+// *RendezvousClosedError at once. Each attempt admits anew. The running
+// group does not grow (no scale-up while it runs).
 package launch

@@ -269,3 +269,33 @@ func (e *StartError) Error() string {
 }
 
 func (e *StartError) Unwrap() error { return e.Err }
+
+// ErrRendezvousClosed is wrapped by the error of a node that reached an
+// elastic job's store (--nnodes MIN:MAX) after its rendezvous had closed, or
+// when MAX nodes had already joined: the job runs without it.
+var ErrRendezvousClosed = errors.New("rendezvous closed")
+
+// RendezvousClosedError reports a node turned away by an elastic
+// rendezvous.
+type RendezvousClosedError struct {
+	RdzvID   string
+	Store    string
+	Nnodes   string // --nnodes as given, MIN:MAX
+	Admitted int    // nodes the rendezvous admitted; 0 if not known
+	Full     bool   // MAX nodes had joined (the rendezvous was closing)
+}
+
+func (e *RendezvousClosedError) Error() string {
+	how := "it had closed before this node joined"
+	if e.Full {
+		how = "it was full (the most nodes --nnodes " + e.Nnodes + " admits had joined)"
+	}
+	adm := ""
+	if e.Admitted > 0 {
+		adm = fmt.Sprintf(" with %d node%s", e.Admitted, plural(e.Admitted))
+	}
+	return fmt.Sprintf("launch: %v: the rendezvous of job %q (store %s, --nnodes %s) admitted no more nodes: %s; the job runs%s, without this one (start this node with the next job, or raise MAX)",
+		ErrRendezvousClosed, e.RdzvID, e.Store, e.Nnodes, how, adm)
+}
+
+func (e *RendezvousClosedError) Unwrap() error { return ErrRendezvousClosed }

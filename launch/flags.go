@@ -88,9 +88,9 @@ var launchFlags = []flagSpec{
 			return err
 		}},
 	{name: "nnodes", env: []string{EnvNnodes, "PET_NNODES"}, arg: "N|MIN:MAX",
-		help: "number of nodes; torchrun's elastic MIN:MAX is accepted only with MIN = MAX",
+		help: "number of nodes; MIN:MAX (torchrun's elastic range) admits nodes in join order until MAX joined, or MIN and the last call (--rdzv-conf last_call_timeout) ended",
 		set: func(o *cliOpts, v string) (err error) {
-			o.cfg.Nnodes, err = ParseNnodes(v)
+			o.cfg.MinNodes, o.cfg.Nnodes, err = ParseNnodes(v)
 			o.nnodesSet = true
 			return err
 		}},
@@ -140,7 +140,7 @@ var launchFlags = []flagSpec{
 		help: "job id, the same on every node (workers get TORCHELASTIC_RUN_ID); default none",
 		set:  func(o *cliOpts, v string) error { o.cfg.RdzvID = v; return nil }},
 	{name: "rdzv-conf", env: []string{"DETCOLL_RDZV_CONF", "PET_RDZV_CONF"}, arg: "K=V,…",
-		help: "rendezvous settings: timeout=SECONDS (join_timeout is the same); torchrun's other keys are accepted and ignored",
+		help: "rendezvous settings: join_timeout=SECONDS (or timeout=), last_call_timeout=SECONDS (elastic --nnodes, default 30); torchrun's other keys are accepted and ignored",
 		set:  func(o *cliOpts, v string) error { o.rdzvConf = v; return nil }},
 	{name: "rdzv-timeout", env: []string{"DETCOLL_RDZV_TIMEOUT"}, arg: "DURATION",
 		help: "how long nodes wait for each other before failing with the missing ones named (default 600s, torchrun's)",
@@ -365,13 +365,21 @@ func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, erro
 		}
 	}
 	if o.rdzvConf != "" {
-		t, err := ParseRdzvConf(o.rdzvConf)
+		rc, err := ParseRdzvConf(o.rdzvConf)
 		if err != nil {
 			return Config{}, usageErr("--rdzv-conf: %v", err)
 		}
-		if t > 0 && c.RdzvTimeout == 0 {
-			c.RdzvTimeout = t
+		if rc.JoinTimeout > 0 && c.RdzvTimeout == 0 {
+			c.RdzvTimeout = rc.JoinTimeout
 		}
+		c.LastCallTimeout = rc.LastCallTimeout
+	}
+	if c.MinNodes < c.Nnodes {
+		if o.nodeRankSet {
+			// torchrun's elastic rendezvous (c10d) assigns node ranks.
+			return Config{}, usageErr("--node-rank: an elastic --nnodes %d:%d assigns node ranks in join order; drop --node-rank", c.MinNodes, c.Nnodes)
+		}
+		c.AssignNodeRank = true
 	}
 	if o.monitor > 0 {
 		c.MonitorInterval = o.monitor
@@ -410,6 +418,9 @@ func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, erro
 		c.Cmd = append([]string{python, "-u"}, cmd...) // torchrun's default for a script
 	default:
 		c.Cmd = slices.Clone(cmd)
+	}
+	if c.MinNodes == c.Nnodes {
+		c.MinNodes = 0 // not elastic: the Config default
 	}
 	if c.RdzvBackend == "c10d" && !o.nodeRankSet {
 		c.AssignNodeRank = true // torchrun's c10d assigns node ranks

@@ -110,13 +110,39 @@ func TestParseArgsEnvPrecedence(t *testing.T) {
 func TestParseArgsNnodes(t *testing.T) {
 	for v, want := range map[string]int{"1": 1, "1:1": 1} {
 		c, err := parse(t, nil, "--nnodes", v, "x")
-		if err != nil || c.Nnodes != want {
-			t.Errorf("--nnodes %s: %d %v", v, c.Nnodes, err)
+		if err != nil || c.Nnodes != want || c.MinNodes != 0 || c.AssignNodeRank {
+			t.Errorf("--nnodes %s: %+v %v", v, c, err)
 		}
 	}
-	_, err := parse(t, nil, "--nnodes", "1:2", "x")
-	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "elastic range 1:2 is not supported") {
-		t.Errorf("--nnodes 1:2: %v", err)
+	// torchrun's elastic range: MIN:MAX, node ranks in join order.
+	c, err := parse(t, nil, "--nnodes", "1:3", "--master-addr", "127.0.0.1", "x")
+	if err != nil || c.MinNodes != 1 || c.Nnodes != 3 || !c.AssignNodeRank {
+		t.Errorf("--nnodes 1:3: %+v %v", c, err)
+	}
+	c, err = parse(t, map[string]string{"PET_NNODES": "2:4", "PET_RDZV_CONF": "join_timeout=7,last_call_timeout=0.25"},
+		"--master-addr", "127.0.0.1", "x")
+	if err != nil || c.MinNodes != 2 || c.Nnodes != 4 || c.RdzvTimeout != 7*time.Second || c.LastCallTimeout != 250*time.Millisecond {
+		t.Errorf("PET_NNODES=2:4 PET_RDZV_CONF: %+v %v", c, err)
+	}
+	c, err = parse(t, map[string]string{"DETCOLL_RDZV_CONF": "last_call_timeout=2s"}, "--nnodes", "1:2", "--master-addr", "127.0.0.1", "x")
+	if err != nil || c.LastCallTimeout != 2*time.Second {
+		t.Errorf("DETCOLL_RDZV_CONF: %+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nnodes", "3:2"}, "--nnodes: elastic range 3:2 has MIN above MAX"},
+		{[]string{"--nnodes", "0:2"}, "--nnodes: 0 is below 1"},
+		{[]string{"--nnodes", "1:x"}, `--nnodes: "x" is not an integer`},
+		{[]string{"--nnodes", "1:2", "--node-rank", "0", "--master-addr", "127.0.0.1"}, "--node-rank: an elastic --nnodes 1:2 assigns node ranks in join order"},
+		{[]string{"--nnodes", "1:2", "--master-addr", "127.0.0.1", "--rdzv-conf", "last_call_timeout=0"}, `--rdzv-conf: last_call_timeout: "0" is not a positive duration`},
+		{[]string{"--nnodes", "1:2"}, "2 nodes need MasterAddr"},
+	} {
+		_, err := parse(t, nil, append(tc.args, "x")...)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want a usage error with %q", tc.args, err, tc.want)
+		}
 	}
 }
 

@@ -68,37 +68,46 @@ func countGPUs() int {
 	return visible(len(nv), "CUDA_VISIBLE_DEVICES") + visible(amd, "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 }
 
-// ParseNnodes reads --nnodes: N, or torchrun's MIN:MAX with MIN = MAX.
-// detcoll's world is fixed when the job starts, so a range is refused
-// rather than silently treated as either bound.
-func ParseNnodes(s string) (int, error) {
-	lo, hi, isRange := strings.Cut(s, ":")
-	a, err := intValue(lo, 1)
-	if err != nil {
-		return 0, err
+// ParseNnodes reads --nnodes: N, or torchrun's elastic MIN:MAX (1 ≤ MIN ≤
+// MAX). It returns MIN and MAX, both N for a single number. With MIN < MAX
+// the rendezvous admits nodes until MAX have joined or, once MIN have, until
+// the last call ends (RdzvConf.LastCallTimeout).
+func ParseNnodes(s string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(s, ":")
+	if lo, err = intValue(a, 1); err != nil {
+		return 0, 0, err
 	}
 	if !isRange {
-		return a, nil
+		return lo, lo, nil
 	}
-	b, err := intValue(hi, 1)
-	if err != nil {
-		return 0, err
+	if hi, err = intValue(b, 1); err != nil {
+		return 0, 0, err
 	}
-	if a != b {
-		return 0, fmt.Errorf("elastic range %d:%d is not supported: detcoll's world size is fixed when the job starts; give one number (or MIN:MAX with MIN = MAX)", a, b)
+	if lo > hi {
+		return 0, 0, fmt.Errorf("elastic range %d:%d has MIN above MAX", lo, hi)
 	}
-	return a, nil
+	return lo, hi, nil
 }
 
 // rdzvConfIgnored are torchrun's --rdzv-conf keys that detcoll accepts and
-// ignores (they tune torchrun's own rendezvous store or elasticity).
-var rdzvConfIgnored = []string{"read_timeout", "last_call_timeout", "close_timeout", "keep_alive_interval",
+// ignores (they tune torchrun's own rendezvous store).
+var rdzvConfIgnored = []string{"read_timeout", "close_timeout", "keep_alive_interval",
 	"keep_alive_max_attempt", "heartbeat_timeout", "is_host", "store_type", "use_libuv", "local_addr"}
 
-// ParseRdzvConf reads --rdzv-conf "k=v,k=v" and returns its timeout
-// (timeout or join_timeout, seconds; 0 if neither). Unknown keys are errors.
-func ParseRdzvConf(s string) (time.Duration, error) {
-	var t time.Duration
+// RdzvConf is what detcoll takes from --rdzv-conf; zero fields were not
+// given.
+type RdzvConf struct {
+	// JoinTimeout is timeout= or join_timeout= (Config.RdzvTimeout).
+	JoinTimeout time.Duration
+	// LastCallTimeout is last_call_timeout= (Config.LastCallTimeout).
+	LastCallTimeout time.Duration
+}
+
+// ParseRdzvConf reads --rdzv-conf "k=v,k=v" (values in seconds or as Go
+// durations). torchrun's keys that detcoll has no use for are accepted and
+// ignored; unknown keys are errors.
+func ParseRdzvConf(s string) (RdzvConf, error) {
+	var rc RdzvConf
 	for _, kv := range strings.Split(s, ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
@@ -106,22 +115,27 @@ func ParseRdzvConf(s string) (time.Duration, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return 0, fmt.Errorf("%q is not key=value", kv)
+			return RdzvConf{}, fmt.Errorf("%q is not key=value", kv)
 		}
 		k = strings.TrimSpace(k)
+		var dst *time.Duration
 		switch {
 		case k == "timeout" || k == "join_timeout":
-			d, err := parsePositiveDuration(v)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %v", k, err)
-			}
-			t = d
+			dst = &rc.JoinTimeout
+		case k == "last_call_timeout":
+			dst = &rc.LastCallTimeout
 		case slices.Contains(rdzvConfIgnored, k):
+			continue
 		default:
-			return 0, fmt.Errorf("unknown key %q (known: timeout, join_timeout, %s)", k, strings.Join(rdzvConfIgnored, ", "))
+			return RdzvConf{}, fmt.Errorf("unknown key %q (known: timeout, join_timeout, last_call_timeout, %s)", k, strings.Join(rdzvConfIgnored, ", "))
 		}
+		d, err := parsePositiveDuration(v)
+		if err != nil {
+			return RdzvConf{}, fmt.Errorf("%s: %v", k, err)
+		}
+		*dst = d
 	}
-	return t, nil
+	return rc, nil
 }
 
 // parsePositiveDuration reads a Go duration or a number of seconds > 0.

@@ -13,7 +13,8 @@ import (
 )
 
 // join connects this node to the job's store and waits for every node, for
-// at most RdzvTimeout; then it names the nodes that never came. After a
+// at most RdzvTimeout; then it names the nodes that never came. An elastic
+// job first admits its nodes (elastic.go). After a
 // restart a node other than 0 may first reach node 0's previous store,
 // about to close: losing it then is not an error, it dials again.
 func (j *job) join(ctx context.Context) (*nodes, error) {
@@ -21,11 +22,15 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.RdzvTimeout)
 	defer cancel()
 	for {
+		if c.elastic() && !j.host {
+			c.NodeRank = -1 // every attempt admits the nodes anew, in join order
+		}
 		nd, err := j.joinOnce(ctx, rctx)
 		var ie *InterruptedError
 		var rt *RendezvousTimeoutError
+		var rc *RendezvousClosedError
 		if err == nil || j.attempt == 0 || c.NodeRank == 0 || errors.Is(err, ErrInvalidConfig) ||
-			errors.As(err, &ie) || errors.As(err, &rt) || rctx.Err() != nil {
+			errors.As(err, &ie) || errors.As(err, &rt) || errors.As(err, &rc) || rctx.Err() != nil {
 			return nd, err
 		}
 		t := time.NewTimer(50 * time.Millisecond)
@@ -75,11 +80,42 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 		}
 		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
 	}
-	prefix := keyPrefix
-	if j.attempt > 0 {
-		prefix += "attempt" + strconv.Itoa(j.attempt) + "/"
-	}
-	if c.NodeRank < 0 { // torchrun's c10d without --node-rank: join order
+	prefix := j.prefix()
+	nnodes := c.Nnodes
+	switch {
+	case c.elastic():
+		var inner error // interruptible turns a timeout into an InterruptedError
+		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
+			if c.NodeRank == 0 {
+				// The attempt and the config first, so that a joining
+				// node can check them while the admission is open.
+				st := store.Prefix(cl, prefix)
+				if inner = j.publishConfig(ctx, cl, st); inner == nil {
+					nnodes, inner = j.admitNodes(ctx, st, addr)
+				}
+				return inner
+			}
+			if inner = j.syncAttempt(ctx, cl); inner == nil {
+				prefix = j.prefix()
+				nnodes, inner = j.takeTicket(ctx, store.Prefix(cl, prefix), addr)
+			}
+			return inner
+		})
+		if err != nil {
+			cl.Close()
+			var rt *RendezvousTimeoutError
+			if timedOut(err) && errors.As(inner, &rt) {
+				err = rt
+			} else if timedOut(err) {
+				reason := "node 0 never closed the rendezvous"
+				if c.NodeRank == 0 {
+					reason = fmt.Sprintf("the last call of %v outlasted it", c.LastCallTimeout)
+				}
+				err = &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr, Reason: reason}
+			}
+			return nil, err
+		}
+	case c.NodeRank < 0: // torchrun's c10d without --node-rank: join order
 		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
 			v, err := store.Prefix(cl, prefix).Add(ctx, "next_node", 1)
 			if err == nil && v >= int64(c.Nnodes) {
@@ -98,7 +134,8 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 			return nil, err
 		}
 	}
-	nd := newNodes(cl, addr, prefix, c.NodeRank, c.Nnodes, c.NprocPerNode, c.MonitorInterval)
+	j.nnodes, j.world = nnodes, nnodes*c.NprocPerNode
+	nd := newNodes(cl, addr, prefix, c.NodeRank, nnodes, c.NprocPerNode, c.MonitorInterval)
 	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
 		stopTell := nd.tellWaiting(ctx, c)
 		defer stopTell()

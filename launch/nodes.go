@@ -15,7 +15,10 @@ import (
 
 // Keys of the launcher's protocol between nodes, under keyPrefix:
 //
-//	config        "nnodes=N nproc=P", set by node 0, checked by the others
+//	config        "nnodes=N nproc=P …", set by node 0, checked by the others
+//	next_node     counter: join-order node ranks (c10d without --node-rank,
+//	              elastic jobs; elastic.go)
+//	nnodes        the number of nodes an elastic rendezvous admitted
 //	torch_port    the MASTER_PORT node 0 picked for torch
 //	node/<r>      counter: node r joined (twice is an error)
 //	joined        counter; all_joined is set by the last node to join
@@ -276,15 +279,46 @@ func (nd *nodes) count(ctx context.Context, key string) error {
 	return err
 }
 
+// confString is what every node of a job must agree on.
+func (j *job) confString() string {
+	c := &j.cfg
+	return fmt.Sprintf("nnodes=%s nproc=%d rdzv_id=%s master_port=%d", c.nnodesSpec(), c.NprocPerNode, c.RdzvID, c.MasterPort)
+}
+
+// publishConfig is node 0's: the attempt (on root, not under a prefix),
+// the job's config and the torch port (on st, the attempt's prefix), for
+// the other nodes to check and learn.
+func (j *job) publishConfig(ctx context.Context, root, st store.Store) error {
+	if err := root.Set(ctx, attemptKey, []byte(strconv.Itoa(j.attempt))); err != nil {
+		return err
+	}
+	if err := st.Set(ctx, "config", []byte(j.confString())); err != nil {
+		return err
+	}
+	return st.Set(ctx, "torch_port", []byte(strconv.Itoa(j.torchPort)))
+}
+
+// checkConfig compares this node's config with node 0's (on st, the
+// attempt's prefix), waiting for node 0 to publish it.
+func (j *job) checkConfig(ctx context.Context, st store.Store, node int) error {
+	got, err := st.Get(ctx, "config")
+	if err != nil {
+		return err
+	}
+	if conf := j.confString(); string(got) != conf {
+		who := "node " + strconv.Itoa(node)
+		if node < 0 {
+			who = "this node" // before its node rank is assigned
+		}
+		return fmt.Errorf("launch: %w: %s has %s but node 0 has %s", ErrInvalidConfig, who, conf, got)
+	}
+	return nil
+}
+
 // rendezvous runs the join protocol and learns j.torchPort.
 func (nd *nodes) rendezvous(ctx context.Context, j *job) error {
-	c := &j.cfg
-	conf := fmt.Sprintf("nnodes=%d nproc=%d rdzv_id=%s master_port=%d", c.Nnodes, c.NprocPerNode, c.RdzvID, c.MasterPort)
 	if nd.node == 0 {
-		if err := nd.st.Set(ctx, "config", []byte(conf)); err != nil {
-			return err
-		}
-		if err := nd.st.Set(ctx, "torch_port", []byte(strconv.Itoa(j.torchPort))); err != nil {
+		if err := j.publishConfig(ctx, nd.client, nd.st); err != nil {
 			return err
 		}
 	}
@@ -296,12 +330,8 @@ func (nd *nodes) rendezvous(ctx context.Context, j *job) error {
 		return fmt.Errorf("launch: %w: another node joined with NodeRank=%d", ErrInvalidConfig, nd.node)
 	}
 	if nd.node != 0 {
-		got, err := nd.st.Get(ctx, "config")
-		if err != nil {
+		if err := j.checkConfig(ctx, nd.st, nd.node); err != nil {
 			return err
-		}
-		if string(got) != conf {
-			return fmt.Errorf("launch: %w: node %d has %s but node 0 has %s", ErrInvalidConfig, nd.node, conf, got)
 		}
 		p, err := nd.st.Get(ctx, "torch_port")
 		if err != nil {

@@ -18,13 +18,18 @@ const maxTailLine = 4 << 10
 // lineWriter serialises whole lines onto one destination. Write errors are
 // ignored: output keeps being drained so that workers never block on it.
 type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	status *statusLine // when w reaches the terminal rank 0 draws on
 }
 
 func (l *lineWriter) writeLine(b []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.status != nil {
+		l.status.above(l.w, b)
+		return
+	}
 	_, _ = l.w.Write(b)
 }
 

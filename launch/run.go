@@ -20,7 +20,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	j := &job{cfg: c, world: c.Nnodes * c.NprocPerNode, token: c.Token}
+	j := &job{cfg: c, nnodes: c.Nnodes, world: c.Nnodes * c.NprocPerNode, token: c.Token}
 	return j.run(ctx)
 }
 
@@ -34,7 +34,9 @@ func restartable(err error) bool {
 
 type job struct {
 	cfg       Config
-	world     int
+	nnodes    int  // nodes in this attempt: Nnodes, or those an elastic rendezvous admitted
+	world     int  // nnodes × NprocPerNode
+	host      bool // this node serves the store because it won the c10d "is host" race
 	token     string
 	storeAddr string // given to workers
 	torchAddr string // MASTER_ADDR given to workers
@@ -43,6 +45,7 @@ type job struct {
 	nodes     *nodes // coordination with other nodes; nil on a single node
 	stdout    *lineWriter
 	stderr    *lineWriter
+	status    *statusLine // the terminal's last line, drawn by rank 0; nil without a terminal
 	workers   []*worker
 	attempt   int    // restart count
 	logRoot   string // LogDir/RdzvID, when logs are written
@@ -63,6 +66,13 @@ func (j *job) run(ctx context.Context) error {
 		return err
 	}
 	j.stdout, j.stderr = destinations(c.Stdout, c.Stderr)
+	if c.StderrTerminal {
+		j.status = newStatusLine(c.Stderr)
+		j.stderr.status = j.status
+		if j.stdout == j.stderr || isTerminal(c.Stdout) {
+			j.stdout.status = j.status // the same terminal: its lines go above the bar too
+		}
+	}
 	for {
 		err := j.runAttempt(ctx)
 		if err == nil || j.attempt >= c.MaxRestarts || !restartable(err) || ctx.Err() != nil {
@@ -95,7 +105,7 @@ func (j *job) decideRole() error {
 	err := j.serve()
 	switch {
 	case err == nil:
-		c.NodeRank = 0
+		c.NodeRank, j.host = 0, true
 		if generated {
 			j.printToken()
 		}

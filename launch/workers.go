@@ -249,8 +249,13 @@ func (j *job) start(rank, local int) (*worker, error) {
 		errW.Close()
 		return nil, err
 	}
+	shown := c.LocalRanksFilter == nil || slices.Contains(c.LocalRanksFilter, local)
+	redirect := c.Redirects.For(local)
+	// Rank 0's stderr, when it reaches the launcher's terminal, may draw a
+	// bar there (console.go).
+	drawn := rank == 0 && j.status != nil && shown && redirect&StdErr == 0
 	cmd := exec.Command(c.Cmd[0], c.Cmd[1:]...)
-	cmd.Env = j.workerEnv(rank, local)
+	cmd.Env = j.workerEnv(rank, local, drawn)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
@@ -268,8 +273,6 @@ func (j *job) start(rank, local int) (*worker, error) {
 	}
 	w := &worker{rank: rank, localRank: local, cmd: cmd, pipes: []*os.File{outR, errR}, drained: make(chan struct{})}
 	prefix := "[rank " + strconv.Itoa(rank) + "] "
-	shown := c.LocalRanksFilter == nil || slices.Contains(c.LocalRanksFilter, local)
-	redirect := c.Redirects.For(local)
 	sinks := func(std Std, console *lineWriter, file *os.File) []sink {
 		var out []sink
 		if shown && redirect&std == 0 {
@@ -286,7 +289,14 @@ func (j *job) start(rank, local int) (*worker, error) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); pump(outR, outSinks, &w.out) }()
-	go func() { defer wg.Done(); pump(errR, errSinks, &w.out) }()
+	go func() {
+		defer wg.Done()
+		if drawn {
+			pumpStatus(errR, errSinks, &w.out, j.status)
+		} else {
+			pump(errR, errSinks, &w.out)
+		}
+	}()
 	go func() {
 		wg.Wait()
 		for _, f := range w.logs {
@@ -337,11 +347,13 @@ func (j *job) workerError(w *worker) *WorkerError {
 }
 
 // envStripped are inherited variables that would mislead a worker:
-// detcoll's store address is given explicitly.
-var envStripped = []string{EnvStorePort}
+// detcoll's store address is given explicitly, and only the rank whose
+// stderr the launcher draws on its terminal may believe it has one.
+var envStripped = []string{EnvStorePort, EnvConsoleTTY}
 
-// workerEnv is cfg.Env with the worker's variables set.
-func (j *job) workerEnv(rank, local int) []string {
+// workerEnv is cfg.Env with the worker's variables set; drawn says that
+// the worker's stderr is drawn on the launcher's terminal.
+func (j *job) workerEnv(rank, local int, drawn bool) []string {
 	c := &j.cfg
 	itoa := strconv.Itoa
 	set := [][2]string{
@@ -350,7 +362,7 @@ func (j *job) workerEnv(rank, local int) []string {
 		{"LOCAL_RANK", itoa(local)},
 		{"LOCAL_WORLD_SIZE", itoa(c.NprocPerNode)},
 		{"GROUP_RANK", itoa(c.NodeRank)},
-		{"GROUP_WORLD_SIZE", itoa(c.Nnodes)},
+		{"GROUP_WORLD_SIZE", itoa(j.nnodes)},
 		{"ROLE_RANK", itoa(rank)},
 		{"ROLE_WORLD_SIZE", itoa(j.world)},
 		{"ROLE_NAME", c.Role},
@@ -367,12 +379,15 @@ func (j *job) workerEnv(rank, local int) []string {
 		{EnvLocalRank, itoa(local)},
 		{EnvLocalWorldSize, itoa(c.NprocPerNode)},
 		{EnvNodeRank, itoa(c.NodeRank)},
-		{EnvNnodes, itoa(c.Nnodes)},
+		{EnvNnodes, itoa(j.nnodes)},
 		{EnvStoreAddr, j.storeAddr},
 		{EnvToken, j.token},
 	}
 	if c.hosts.advertise != "" {
 		set = append(set, [2]string{tcpHostEnv, c.hosts.advertise})
+	}
+	if drawn {
+		set = append(set, [2]string{EnvConsoleTTY, "1"})
 	}
 	if j.logRoot != "" {
 		set = append(set, [2]string{"TORCHELASTIC_ERROR_FILE", filepath.Join(j.attemptDir(local), "error.json")})

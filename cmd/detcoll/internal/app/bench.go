@@ -408,7 +408,7 @@ func runRank(ctx context.Context, o BenchOptions, v validated) error {
 		if o.Getenv(envProgress) == "1" {
 			prog = protocolProgress{o.Stderr}
 		} else {
-			prog = &plainProgress{w: o.Stderr}
+			prog = &plainProgress{w: o.Stderr, bar: o.Getenv(launch.EnvConsoleTTY) == "1"}
 		}
 	}
 	out := io.Discard

@@ -39,13 +39,19 @@ func (p protocolProgress) update(done, total int) {
 func (protocolProgress) finish() {}
 
 // plainProgress is bench.Progress: a bar on a terminal, lines elsewhere.
+// bar draws the bar on w even though w is not a terminal: under `detcoll
+// launch` on a terminal, which draws rank 0's carriage-return updates in
+// place (launch.EnvConsoleTTY).
 type plainProgress struct {
-	w io.Writer
-	p *bench.Progress
+	w   io.Writer
+	bar bool
+	p   *bench.Progress
 }
 
 func (p *plainProgress) update(done, total int) {
-	if p.p == nil {
+	if p.p == nil && p.bar {
+		p.p = bench.NewProgressBar(p.w, total)
+	} else if p.p == nil {
 		p.p = bench.NewProgress(p.w, total)
 	}
 	p.p.Update(done, total)
