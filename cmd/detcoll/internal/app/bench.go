@@ -40,8 +40,8 @@ type BenchOptions struct {
 	// Report, when set, is called once with this rank's error as soon as
 	// the rank fails, before the job is closed (closing may wait on the
 	// peers, and a launcher stopping the job may kill the rank meanwhile):
-	// the rank's error line is out first. Bench's error then carries
-	// Reported, so that the caller does not print it again.
+	// the rank's error line is out first. Bench's error is then a
+	// ReportedError, so that the caller does not print it again.
 	Report func(error)
 	Args   []string
 	Stdout io.Writer
