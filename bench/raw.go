@@ -10,8 +10,30 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// peerError is an I/O error on the connection with peer.
+type peerError struct {
+	peer int
+	err  error
+}
+
+// rawPeerError names the peer a step of RawAllToAll failed on, in the
+// fields (Rank, Peer, Op) that launch.FailureOf reads, so that a launched
+// rank's failure line names it as it names a collective's.
+type rawPeerError struct {
+	Rank, Peer int
+	Op         string
+	Err        error
+}
+
+func (e *rawPeerError) Error() string {
+	return fmt.Sprintf("%s with rank %d: %v", e.Op, e.Peer, e.Err)
+}
+
+func (e *rawPeerError) Unwrap() error { return e.Err }
 
 // KV is the part of a rendezvous store RawAllToAll uses (store.Store has it).
 type KV interface {
@@ -163,40 +185,61 @@ func RawAllToAll(ctx context.Context, st KV, prefix string, rank, size, bytesPer
 	const chunk = 1 << 20
 	src := make([]byte, min(chunk, bytesPerPeer))
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*size)
+	// pending[p] counts the directions (write to p, read from p) not yet
+	// done: on a failure they say which peer this rank was waiting on.
+	pending := make([]atomic.Int32, size)
+	errs := make(chan peerError, 2*size)
 	start := time.Now()
 	for p, c := range conns {
 		if p == rank {
 			continue
 		}
 		wg.Add(2)
-		go func(c net.Conn) {
+		pending[p].Store(2)
+		go func(p int, c net.Conn) {
 			defer wg.Done()
 			for left := bytesPerPeer; left > 0; left -= len(src) {
 				if _, err := c.Write(src[:min(len(src), left)]); err != nil {
-					errs <- err
+					errs <- peerError{p, err}
 					return
 				}
 			}
-		}(c)
-		go func(c net.Conn) {
+			pending[p].Add(-1)
+		}(p, c)
+		go func(p int, c net.Conn) {
 			defer wg.Done()
 			buf := make([]byte, min(chunk, bytesPerPeer))
 			for left := bytesPerPeer; left > 0; {
 				n, err := c.Read(buf[:min(len(buf), left)])
 				left -= n
 				if err != nil && left > 0 {
-					errs <- err
+					errs <- peerError{p, err}
 					return
 				}
 			}
-		}(c)
+			pending[p].Add(-1)
+		}(p, c)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	close(errs)
-	if err := <-errs; err != nil {
-		return fail("transfer", err)
+	if pe, ok := <-errs; ok {
+		// A peer whose connection failed on its own is the one; once ctx
+		// ended, every connection was closed here, and the peer is the
+		// lowest this rank still waited on.
+		peer := pe.peer
+		if ctx.Err() != nil {
+			for p := range pending {
+				if pending[p].Load() > 0 {
+					peer = p
+					break
+				}
+			}
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			pe.err = cerr
+		}
+		return 0, fmt.Errorf("bench: raw all-to-all, rank %d of %d: %w", rank, size, &rawPeerError{Rank: rank, Peer: peer, Op: "transfer", Err: pe.err})
 	}
 	return float64((size-1)*bytesPerPeer) / elapsed.Seconds(), nil
 }

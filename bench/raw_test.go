@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,11 @@ func TestRawAllToAllStoppedPeer(t *testing.T) {
 			}
 			if !errors.Is(errs[r], context.DeadlineExceeded) {
 				t.Fatalf("W=%d rank %d: %v, want a deadline error", w, r, errs[r])
+			}
+			// It names the peer it waited on, as launch.FailureOf reads it.
+			var pe *rawPeerError
+			if !errors.As(errs[r], &pe) || pe.Rank != r || pe.Peer != 1 || !strings.Contains(errs[r].Error(), "transfer with rank 1") {
+				t.Fatalf("W=%d rank %d: %v, want it to name rank 1", w, r, errs[r])
 			}
 		}
 		if el := time.Since(start); el > 5*time.Second {

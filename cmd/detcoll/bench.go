@@ -30,7 +30,7 @@ func benchCmd() *cobra.Command {
 		warmup, iters, samples, nproc               int
 		graph                                       bool
 		seed                                        uint64
-		timeout                                     time.Duration
+		timeout, initTimeout                        time.Duration
 	)
 	env := &envReader{}
 	cmd := &cobra.Command{
@@ -104,7 +104,7 @@ comma-separated values; -b/-e/-f sweep as nccl-tests does:
 			}
 			return app.Bench(cmd.Context(), app.BenchOptions{
 				Config: cfg, Device: device, NprocPerNode: nproc, Output: output, Plot: plot, Format: format, Peer: peer,
-				Timeout: timeout, Args: os.Args[1:], Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
+				Timeout: timeout, InitTimeout: initTimeout, Report: reportFailure, Args: os.Args[1:], Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr(),
 			})
 		},
 	}
@@ -128,6 +128,7 @@ comma-separated values; -b/-e/-f sweep as nccl-tests does:
 	f.IntVar(&nproc, "nproc-per-node", env.int("DETCOLL_NPROC_PER_NODE", 4), "ranks (≥ 1) to start when no launcher started this process [DETCOLL_NPROC_PER_NODE]")
 	f.BoolVar(&graph, "graph", env.bool("DETCOLL_GRAPH", false), "time CUDA-graph launches (GPU devices only) [DETCOLL_GRAPH=1]")
 	f.Uint64Var(&seed, "seed", env.uint64("DETCOLL_SEED", 1), "input seed [DETCOLL_SEED]")
+	f.DurationVar(&initTimeout, "init-timeout", env.duration("DETCOLL_INIT_TIMEOUT", 0), "bound of the mesh set-up (joining the store, connecting the transport); default min(2m, max(--timeout, 30s)) [DETCOLL_INIT_TIMEOUT]")
 	f.DurationVar(&timeout, "timeout", env.duration("DETCOLL_TIMEOUT", 5*time.Minute), "bound of every phase: each collective, sample, the ring baseline and the raw TCP measurement [DETCOLL_TIMEOUT]")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -51,6 +52,7 @@ func versionLine() string {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigCtx = ctx
 	root := &cobra.Command{
 		Use:           "detcoll",
 		Short:         "Deterministic collective communication: same bits on every rank, run, size, algorithm and device",
@@ -68,21 +70,56 @@ func main() {
 	}
 	root.SetArgs(normalizeListFlags(os.Args[1:]))
 	err := root.ExecuteContext(ctx)
-	stop()
 	if err != nil {
-		// Under a launcher, a failing rank names the peer its error names,
-		// so the launcher can blame the root cause (docs/launcher.md).
-		launch.ReportFailure(os.Stderr, err)
-		var q interface{ Quiet() bool }
-		if !errors.As(err, &q) || !q.Quiet() {
-			fmt.Fprintln(os.Stderr, "detcoll:", err)
-		}
+		reportFailure(err)
+		stop()
 		var ec interface{ ExitCode() int }
 		if errors.As(err, &ec) {
 			os.Exit(ec.ExitCode())
 		}
 		os.Exit(1)
 	}
+	stop()
+}
+
+// sigCtx is main's context, cancelled by SIGINT or SIGTERM (a launcher
+// stopping the job): its cause names the signal.
+var sigCtx context.Context = context.Background()
+
+// reported is set once reportFailure has printed this process's error.
+var reported atomic.Bool
+
+// reportFailure prints err once, as soon as a command fails: under a
+// launcher the FailureMarker line first, which names the peer the error
+// names, so the launcher can blame the root cause (docs/launcher.md), then
+// "detcoll: err" (unless err is quiet: another rank reports it). An error
+// that a signal caused says so, with what the rank was doing. Later calls
+// print nothing; commands call it before their clean-up (BenchOptions.Report)
+// and main once more at exit.
+func reportFailure(err error) {
+	if err == nil || !reported.CompareAndSwap(false, true) {
+		return
+	}
+	err = interrupted(sigCtx, err)
+	launch.ReportFailure(os.Stderr, err)
+	var q interface{ Quiet() bool }
+	if !errors.As(err, &q) || !q.Quiet() {
+		fmt.Fprintln(os.Stderr, "detcoll:", err)
+	}
+}
+
+// interrupted prefixes err with the signal that cancelled ctx when err is
+// that cancellation ("terminated signal received: bench: native
+// all_reduce: transport: recv rank 0 peer 2: context canceled").
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || cause == ctx.Err() {
+		return err
+	}
+	return fmt.Errorf("%v: %w", cause, err)
 }
 
 // extraCommands are registered by the other files of this package.

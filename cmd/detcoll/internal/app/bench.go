@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/detcoll/detcoll"
@@ -32,10 +33,20 @@ type BenchOptions struct {
 	Format       string // "table" (default) or "nccl-tests"
 	Peer         string // a peer's figures (bench.ReadPeer), "" = none
 	Timeout      time.Duration
-	Args         []string
-	Stdout       io.Writer
-	Stderr       io.Writer
-	Getenv       func(string) string
+	// InitTimeout bounds the mesh set-up (joining the store, connecting
+	// the transport); 0 means min(2 min, max(Timeout, 30 s)), room for
+	// many ranks starting at once.
+	InitTimeout time.Duration
+	// Report, when set, is called once with this rank's error as soon as
+	// the rank fails, before the job is closed (closing may wait on the
+	// peers, and a launcher stopping the job may kill the rank meanwhile):
+	// the rank's error line is out first. Bench's error is then a
+	// ReportedError, so that the caller does not print it again.
+	Report func(error)
+	Args   []string
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
 }
 
 // DefaultSizes finish within ~30 s of run time on 4 CPU ranks over loopback.
@@ -177,6 +188,12 @@ func ValidateBench(o *BenchOptions) (validated, error) {
 		return v, Usagef("--timeout", "%v is not positive", o.Timeout)
 	}
 	cfg.Timeout = o.Timeout
+	if o.InitTimeout < 0 {
+		return v, Usagef("--init-timeout", "%v is not positive", o.InitTimeout)
+	}
+	if o.InitTimeout == 0 {
+		o.InitTimeout = min(2*time.Minute, max(o.Timeout, 30*time.Second))
+	}
 	switch {
 	case cfg.Warmup < 0:
 		return v, Usagef("--warmup", "%d: want ≥ 0", cfg.Warmup)
@@ -342,19 +359,53 @@ func spawn(ctx context.Context, o BenchOptions) error {
 	return launch.Run(ctx, cfg)
 }
 
+// ReportedError is the error of a rank whose BenchOptions.Report has
+// already printed it.
+type ReportedError struct{ Err error }
+
+func (e ReportedError) Error() string { return e.Err.Error() }
+func (e ReportedError) Unwrap() error { return e.Err }
+
+// ExitCode keeps the wrapped error's status.
+func (e ReportedError) ExitCode() int { return quietError{e.Err}.ExitCode() }
+
 // runRank is one rank of the benchmark.
-func runRank(ctx context.Context, o BenchOptions, v validated) error {
+func runRank(ctx context.Context, o BenchOptions, v validated) (err error) {
 	// Long on purpose: one rank's run from start to report; the steps share the job, backend and printer.
 	dev := v.dev
-	jctx, cancel := context.WithTimeout(ctx, min(2*time.Minute, max(o.Timeout, 30*time.Second)))
-	job, err := cluster.Init(jctx, cluster.Options{Getenv: o.Getenv, CommOptions: []detcoll.CommOption{detcoll.WithTimeout(o.Timeout)}})
-	cancel()
+	fault, err := parseFault(o.Getenv(envFault))
 	if err != nil {
 		return err
 	}
-	defer job.Close()
+	arm := new(atomic.Bool) // the detcoll phase has begun (fault injection)
+	jctx, cancel := context.WithTimeout(ctx, o.InitTimeout)
+	if fault.phase != "" {
+		env, err := launch.FromEnv(o.Getenv)
+		if err != nil {
+			cancel()
+			return err
+		}
+		if err := rendezvousFault(jctx, fault, env); err != nil {
+			cancel()
+			return fmt.Errorf("bench: mesh set-up (timeout %v): %w", o.InitTimeout, err)
+		}
+		fault = fault.mine(env.Rank)
+	}
+	job, err := cluster.Init(jctx, cluster.Options{Getenv: o.Getenv, CommOptions: []detcoll.CommOption{detcoll.WithTimeout(o.Timeout)},
+		WrapTransport: wrapFault(fault, arm)})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("bench: mesh set-up (timeout %v): %w", o.InitTimeout, err)
+	}
+	defer func() {
+		// Say why first, then close: Close may wait on the peers.
+		if err != nil && o.Report != nil {
+			o.Report(err)
+			err = ReportedError{err}
+		}
+		job.Close()
+	}()
 	rank, w := job.Comm.Rank(), job.Comm.Size()
-	fault := parseFault(o.Getenv(envFault), rank)
 
 	pctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	nodes, err := CountNodes(pctx, job.Comm, o.Getenv)
@@ -368,8 +419,8 @@ func runRank(ctx context.Context, o BenchOptions, v validated) error {
 	if err != nil {
 		return err
 	}
-	if fault.phase == "native" {
-		backend = stopInNative{backend}
+	if fault.at("native") || fault.at("detcoll") {
+		backend = faultBackend{Backend: backend, f: fault, arm: arm}
 	}
 	// Raw loopback TCP throughput, measured in the same run so the
 	// collectives' bandwidth has a reference (rank 0, before the rows).
@@ -384,8 +435,8 @@ func runRank(ctx context.Context, o BenchOptions, v validated) error {
 			}
 			per := min(max(2*largest/w, 1<<20), 64<<20)
 			ropt := bench.RawOptions{Host: o.Getenv(tcp.EnvHost)}
-			if fault.phase == "raw" {
-				ropt.OnConnected = stopSelf
+			if fault.at("raw") {
+				ropt.OnConnected = fault.fire
 			}
 			rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 			mine, err := bench.RawAllToAll(rctx, job.Store, "detcoll/bench/raw", rank, w, per, ropt)

@@ -2,12 +2,14 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/launch"
 )
 
 // The parent's console swallows rank 0's progress lines (they drive the
@@ -79,12 +81,38 @@ func TestCheckMemory(t *testing.T) {
 }
 
 func TestParseFault(t *testing.T) {
-	if f := parseFault("native:1", 1); f.phase != "native" {
-		t.Fatal(f)
+	for _, c := range []struct {
+		v    string
+		rank int
+		want fault
+	}{
+		{"native:1", 1, fault{phase: "native", rank: 1}},
+		{"native:1:stop", 1, fault{phase: "native", rank: 1}},
+		{"detcoll:2:kill", 2, fault{phase: "detcoll", rank: 2, kill: true}},
+		{"rendezvous:0:kill", 0, fault{phase: "rendezvous", kill: true}},
+		{"connect:3", 3, fault{phase: "connect", rank: 3}},
+		{"raw:1", 1, fault{phase: "raw", rank: 1}},
+		{"native:1", 0, fault{}}, // another rank's
+		{"raw:1:kill", 0, fault{}},
+		{"", 0, fault{}},
+	} {
+		f, err := parseFault(c.v)
+		if err != nil || f.mine(c.rank) != c.want {
+			t.Errorf("%q on rank %d: %+v, %v; want %+v", c.v, c.rank, f.mine(c.rank), err, c.want)
+		}
 	}
-	for _, v := range []string{"native:1", "", "native", "raw:x"} {
-		if f := parseFault(v, 0); f.phase != "" {
-			t.Fatalf("%q on rank 0: %v", v, f)
+	// Malformed values fail on every rank, naming the variable: a fault
+	// test that injects nothing must not pass.
+	for _, v := range []string{"native", "raw:x", "nowhere:1", "native:1:hup", "native:-1", "a:1:stop:x"} {
+		if _, err := parseFault(v); err == nil || !strings.Contains(err.Error(), envFault) {
+			t.Errorf("%q: %v, want an error naming %s", v, err, envFault)
+		}
+	}
+	// A rendezvous fault without a launcher's store is refused.
+	f, _ := parseFault("rendezvous:1")
+	for _, env := range []launch.Env{{Rank: 1, WorldSize: 2}, {Rank: 0, WorldSize: 2, StoreAddr: "127.0.0.1:1", Source: launch.SourceTorchrun}} {
+		if err := rendezvousFault(context.Background(), f, env); err == nil || !strings.Contains(err.Error(), "launcher's store") {
+			t.Errorf("%+v: %v", env, err)
 		}
 	}
 }

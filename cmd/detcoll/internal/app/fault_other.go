@@ -3,3 +3,5 @@
 package app
 
 func stopSelf() {}
+
+func killSelf() {}

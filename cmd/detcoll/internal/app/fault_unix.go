@@ -15,3 +15,11 @@ func stopSelf() {
 	syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	time.Sleep(200 * time.Millisecond)
 }
+
+// killSelf kills this process (SIGKILL), as `kill -9` would: no deferred
+// call, no error line. The sleep keeps this goroutine from going on before
+// the signal lands.
+func killSelf() {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	time.Sleep(time.Hour)
+}
