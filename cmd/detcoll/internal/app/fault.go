@@ -219,6 +219,26 @@ func (t faultExchanger) Exchange(ctx context.Context, tag transport.Tag, sendBuf
 	t.Transport.(transport.Exchanger).Exchange(ctx, tag, sendBuf, recvBuf, report)
 }
 
+// faultSharer is faultTransport over a transport.Sharer (shm), whose window
+// the communicator's collectives publish through instead of sending: the
+// fault fires as the data block is published.
+type faultSharer struct {
+	*faultTransport
+	sh transport.Sharer
+}
+
+func (t faultSharer) WindowBytes() int { return t.sh.WindowBytes() }
+func (t faultSharer) Stage(ctx context.Context, n int) ([]byte, error) {
+	return t.sh.Stage(ctx, n)
+}
+func (t faultSharer) Publish(ctx context.Context, tag transport.Tag) ([][]byte, error) {
+	t.check(tag)
+	return t.sh.Publish(ctx, tag)
+}
+func (t faultSharer) Release() { t.sh.Release() }
+
+var _ transport.Sharer = faultSharer{}
+
 // wrapFault returns the cluster.Options.WrapTransport for f, nil when f
 // needs none: at connect it fires as the transport is handed over, at
 // detcoll it wraps the transport to fire once arm is set.
@@ -234,6 +254,9 @@ func wrapFault(f fault, arm *atomic.Bool) func(transport.Transport) transport.Tr
 			ft := &faultTransport{Transport: t, f: f, arm: arm}
 			if _, ok := t.(transport.Exchanger); ok {
 				return faultExchanger{ft}
+			}
+			if sh, ok := t.(transport.Sharer); ok {
+				return faultSharer{ft, sh}
 			}
 			return ft
 		}
