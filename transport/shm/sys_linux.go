@@ -32,6 +32,9 @@ func futexWake(w *atomic.Uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexOpWake, uintptr(1<<30), 0, 0, 0)
 }
 
+// schedYield gives this thread's core to another runnable thread.
+func schedYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // procStart returns the start time (clock ticks since boot, field 22 of
 // /proc/<pid>/stat) and the state letter of a process.
 func procStart(pid int) (start uint64, state byte, err error) {

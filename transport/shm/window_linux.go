@@ -210,6 +210,21 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 			return -1, nil
 		}
 	}
+	if t.spin == 0 && yieldFor > 0 {
+		// More ranks than cores: give the core to a peer that has work
+		// (sched_yield) for a while before sleeping, as Open MPI's
+		// progress loop does; a futex round trip costs more.
+		for deadline := nanotime() + yieldFor; nanotime() < deadline; {
+			schedYield()
+			p := pending()
+			if p < 0 {
+				return -1, nil
+			}
+			if err := t.winInterrupted(ctx, p); err != nil {
+				return p, err
+			}
+		}
+	}
 	bell, waiters := t.seg.u32(offBell), t.seg.u32(offBellWts)
 	sleep := minSleep
 	for {
