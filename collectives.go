@@ -302,6 +302,13 @@ func (c *Comm) exchangeLanes(ctx context.Context, tg transport.Tag, sendBuf, rec
 	if c.size == 1 {
 		return nil
 	}
+	if k == 1 {
+		// One lane is one exchange step: no goroutine per peer where the
+		// transport is an Exchanger.
+		return c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) { return sendBuf(p, 0), true },
+			func(p int) ([]byte, bool) { return recvBuf(p, 0), true })
+	}
 	return c.forPeers(ctx, func(ctx context.Context, p int, send bool) error {
 		for l := 0; l < k; l++ {
 			var err error
