@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime"
 	"sync"
 	"time"
 
@@ -102,10 +103,22 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 	}
 	c.reducer = c.cfg.reducer
 	if c.reducer == nil {
-		c.reducer = reduce.NewReducer(0)
+		c.reducer = reduce.NewReducer(reducerWorkers(t, c.size))
 		c.ownRed = true
 	}
 	return c, nil
+}
+
+// reducerWorkers is how many goroutines this rank's own reducer gets: all
+// of GOMAXPROCS, except when every rank of the group shares this host's
+// memory (a window: the ranks of one host), where all W ranks reduce at
+// the same time and more workers than their share of the CPUs only trade
+// hand-offs (W = 2 on 2 cores: each rank reduces alone).
+func reducerWorkers(t transport.Transport, w int) int {
+	if sh, ok := t.(transport.Sharer); ok && sh.WindowBytes() > 0 && w > 1 {
+		return max(1, runtime.GOMAXPROCS(0)/w)
+	}
+	return 0
 }
 
 // NewInProc returns w communicators whose ranks are goroutines of this

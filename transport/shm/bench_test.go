@@ -5,6 +5,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/detcoll/detcoll"
@@ -84,7 +85,7 @@ func BenchmarkAllReduce(b *testing.B) {
 				b.ResetTimer()
 				if err := each(comms, func(c *detcoll.Comm) error {
 					for i := 0; i < b.N; i++ {
-						if err := c.AllReduce(ctx, bufs[c.Rank()], bufs[c.Rank()], detcoll.FP32); err != nil {
+						if err := c.AllReduce(ctx, bufs[c.Rank()], bufs[c.Rank()], benchDType); err != nil {
 							return err
 						}
 					}
@@ -96,3 +97,11 @@ func BenchmarkAllReduce(b *testing.B) {
 		}
 	}
 }
+
+// benchDType is BenchmarkAllReduce's element type ($DETCOLL_BENCH_DTYPE=bf16 for bf16).
+var benchDType = func() detcoll.DType {
+	if os.Getenv("DETCOLL_BENCH_DTYPE") == "bf16" {
+		return detcoll.BF16
+	}
+	return detcoll.FP32
+}()
