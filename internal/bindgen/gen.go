@@ -75,6 +75,15 @@ func Generate(s *Spec) ([]byte, error) {
 			}
 		}
 		p("}\n")
+		p("\n// abi is how this library's C signatures of gpurt's memory calls differ.\n")
+		p("var abi = gpurt.ABI{")
+		for i, f := range s.ABI {
+			if i > 0 {
+				p(", ")
+			}
+			p("%s: true", f)
+		}
+		p("}\n")
 	}
 	if s.Result != "" {
 		writeCodes(&b, s.NamesVar, s.Result, "names the "+s.Result+" codes", s.Codes)

@@ -17,3 +17,12 @@ func (rt) Call(op gpurt.Op, do func(fn uintptr) int32) error {
 	s := roles[op]
 	return call(s, func() Result { return Result(do(syms.Ptr(s))) })
 }
+
+// Invalid is the invalid-value error of a call refused before it is made,
+// named by op's documented entry point.
+func (rt) Invalid(op gpurt.Op, message string) error {
+	return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: message, Call: syms.API(roles[op])}
+}
+
+// ABI is symbols.txt's abi line.
+func (rt) ABI() gpurt.ABI { return abi }

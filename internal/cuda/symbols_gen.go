@@ -139,6 +139,19 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 
 // roles maps each internal/binding/gpurt role to the entry point that plays it.
 var roles = [gpurt.NumOps]sym{
+	gpurt.OpMemGetInfo:         cuMemGetInfo,
+	gpurt.OpMemAlloc:           cuMemAlloc,
+	gpurt.OpMemFree:            cuMemFree,
+	gpurt.OpMemAllocHost:       cuMemAllocHost,
+	gpurt.OpMemFreeHost:        cuMemFreeHost,
+	gpurt.OpMemcpyHtoD:         cuMemcpyHtoD,
+	gpurt.OpMemcpyDtoH:         cuMemcpyDtoH,
+	gpurt.OpMemcpyDtoD:         cuMemcpyDtoD,
+	gpurt.OpMemcpyHtoDAsync:    cuMemcpyHtoDAsync,
+	gpurt.OpMemcpyDtoHAsync:    cuMemcpyDtoHAsync,
+	gpurt.OpMemcpyDtoDAsync:    cuMemcpyDtoDAsync,
+	gpurt.OpMemsetD8:           cuMemsetD8,
+	gpurt.OpMemsetD8Async:      cuMemsetD8Async,
 	gpurt.OpStreamCreate:       cuStreamCreate,
 	gpurt.OpStreamDestroy:      cuStreamDestroy,
 	gpurt.OpStreamSynchronize:  cuStreamSynchronize,
@@ -154,6 +167,7 @@ var roles = [gpurt.NumOps]sym{
 	gpurt.OpModuleUnload:       cuModuleUnload,
 	gpurt.OpModuleGetFunction:  cuModuleGetFunction,
 	gpurt.OpFuncGetAttribute:   cuFuncGetAttribute,
+	gpurt.OpLaunchKernel:       cuLaunchKernel,
 	gpurt.OpStreamBeginCapture: cuStreamBeginCapture,
 	gpurt.OpStreamEndCapture:   cuStreamEndCapture,
 	gpurt.OpStreamIsCapturing:  cuStreamIsCapturing,
@@ -161,7 +175,14 @@ var roles = [gpurt.NumOps]sym{
 	gpurt.OpGraphLaunch:        cuGraphLaunch,
 	gpurt.OpGraphExecDestroy:   cuGraphExecDestroy,
 	gpurt.OpGraphDestroy:       cuGraphDestroy,
+	gpurt.OpIpcGetMemHandle:    cuIpcGetMemHandle,
+	gpurt.OpIpcOpenMemHandle:   cuIpcOpenMemHandle,
+	gpurt.OpIpcCloseMemHandle:  cuIpcCloseMemHandle,
+	gpurt.OpMemGetAddressRange: cuMemGetAddressRange,
 }
+
+// abi is how this library's C signatures of gpurt's memory calls differ.
+var abi = gpurt.ABI{IntegerDevicePtr: true}
 
 // resultNames names the Result codes.
 var resultNames = map[Result]string{

@@ -2,9 +2,7 @@ package cuda
 
 import (
 	"errors"
-	"unsafe"
 
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
@@ -63,8 +61,9 @@ type Device int32
 // Context is a CUcontext.
 type Context uintptr
 
-// DevicePtr is a CUdeviceptr: a device address.
-type DevicePtr = devrt.Ptr // shared with internal/hip through gpu/devrt
+// DevicePtr is a CUdeviceptr: a device address (gpurt's, shared with
+// internal/hip and gpu/devrt).
+type DevicePtr = gpurt.DevicePtr
 
 // Stream is a CUstream; the zero value is the legacy default stream.
 type Stream = gpurt.Stream[rt]
@@ -85,29 +84,15 @@ type Graph = gpurt.Graph[rt]
 type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a CUipcMemHandle (CU_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle [64]byte
+type IpcMemHandle = gpurt.IpcMemHandle[rt]
 
-// HostMem is page-locked host memory from MemAllocHost. It is C memory: Go
-// may read and write it through Bytes, and the driver may use it
-// asynchronously. Free it with MemFreeHost.
-type HostMem struct {
-	p unsafe.Pointer
-	n int
-}
-
-// Len is the size in bytes.
-func (h HostMem) Len() int { return h.n }
-
-// Bytes is a Go view of the memory (valid until MemFreeHost).
-func (h HostMem) Bytes() []byte {
-	if h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.n)
-}
+// HostMem is page-locked host memory from gpurt.MemAllocHost[Runtime]: C
+// memory that Go reads and writes through Bytes and the driver may use
+// asynchronously.
+type HostMem = gpurt.HostMem[rt]
 
 // Dim3 is a grid or block shape.
-type Dim3 struct{ X, Y, Z uint32 }
+type Dim3 = gpurt.Dim3
 
 // DeviceAttribute is a CUdevice_attribute.
 type DeviceAttribute int32
@@ -128,53 +113,22 @@ const (
 	AttrComputeCapabilityMinor DeviceAttribute = 76
 )
 
-// FunctionAttribute is a CUfunction_attribute.
+// FunctionAttribute is a CUfunction_attribute (the values CUDA shares with
+// HIP are gpurt's Func* constants).
 type FunctionAttribute = gpurt.FunctionAttribute
 
-// Function attributes (for reports: registers, spills).
+// The function attributes HIP does not name.
 const (
-	FuncMaxThreadsPerBlock FunctionAttribute = 0
-	FuncSharedSizeBytes    FunctionAttribute = 1
-	FuncConstSizeBytes     FunctionAttribute = 2
-	FuncLocalSizeBytes     FunctionAttribute = 3
-	FuncNumRegs            FunctionAttribute = 4
-	FuncPTXVersion         FunctionAttribute = 5
-	FuncBinaryVersion      FunctionAttribute = 6
+	FuncPTXVersion    FunctionAttribute = 5
+	FuncBinaryVersion FunctionAttribute = 6
 )
 
-// Stream and event creation flags.
-const (
-	StreamDefault     uint32 = 0
-	StreamNonBlocking uint32 = 1
-
-	EventDefault       uint32 = 0
-	EventBlockingSync  uint32 = 1
-	EventDisableTiming uint32 = 2
-	EventInterprocess  uint32 = 4
-)
-
-// CaptureMode is a CUstreamCaptureMode.
-type CaptureMode = gpurt.CaptureMode
-
-const (
-	CaptureGlobal      CaptureMode = 0
-	CaptureThreadLocal CaptureMode = 1
-	CaptureRelaxed     CaptureMode = 2
-)
-
-// CaptureStatus is a CUstreamCaptureStatus.
-type CaptureStatus = gpurt.CaptureStatus
-
-const (
-	CaptureNone        CaptureStatus = 0
-	CaptureActive      CaptureStatus = 1
-	CaptureInvalidated CaptureStatus = 2
-)
-
-// Kernel parameter limits of Args.
-const (
-	MaxArgBytes = kparams.MaxArgBytes
-	MaxArgs     = kparams.MaxArgs
+// CaptureMode is a CUstreamCaptureMode, CaptureStatus a
+// CUstreamCaptureStatus (their values, and the stream and event flags, are
+// gpurt's constants: the same on both vendors).
+type (
+	CaptureMode   = gpurt.CaptureMode
+	CaptureStatus = gpurt.CaptureStatus
 )
 
 // Args lays out kernel parameters, one call per parameter of the kernel, in

@@ -139,6 +139,20 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 
 // roles maps each internal/binding/gpurt role to the entry point that plays it.
 var roles = [gpurt.NumOps]sym{
+	gpurt.OpMemGetInfo:         hipMemGetInfo,
+	gpurt.OpMemAlloc:           hipMalloc,
+	gpurt.OpMemFree:            hipFree,
+	gpurt.OpMemAllocHost:       hipHostMalloc,
+	gpurt.OpMemFreeHost:        hipHostFree,
+	gpurt.OpMemcpyHtoD:         hipMemcpyHtoD,
+	gpurt.OpMemcpyDtoH:         hipMemcpyDtoH,
+	gpurt.OpMemcpyDtoD:         hipMemcpyDtoD,
+	gpurt.OpMemcpyHtoDAsync:    hipMemcpyHtoDAsync,
+	gpurt.OpMemcpyDtoHAsync:    hipMemcpyDtoHAsync,
+	gpurt.OpMemcpyDtoDAsync:    hipMemcpyDtoDAsync,
+	gpurt.OpMemsetD8:           hipMemsetD8,
+	gpurt.OpMemsetD8Async:      hipMemsetD8Async,
+	gpurt.OpMemGetAddressRange: hipMemGetAddressRange,
 	gpurt.OpStreamCreate:       hipStreamCreateWithFlags,
 	gpurt.OpStreamDestroy:      hipStreamDestroy,
 	gpurt.OpStreamSynchronize:  hipStreamSynchronize,
@@ -154,6 +168,7 @@ var roles = [gpurt.NumOps]sym{
 	gpurt.OpModuleUnload:       hipModuleUnload,
 	gpurt.OpModuleGetFunction:  hipModuleGetFunction,
 	gpurt.OpFuncGetAttribute:   hipFuncGetAttribute,
+	gpurt.OpLaunchKernel:       hipModuleLaunchKernel,
 	gpurt.OpStreamBeginCapture: hipStreamBeginCapture,
 	gpurt.OpStreamEndCapture:   hipStreamEndCapture,
 	gpurt.OpStreamIsCapturing:  hipStreamIsCapturing,
@@ -161,7 +176,13 @@ var roles = [gpurt.NumOps]sym{
 	gpurt.OpGraphLaunch:        hipGraphLaunch,
 	gpurt.OpGraphExecDestroy:   hipGraphExecDestroy,
 	gpurt.OpGraphDestroy:       hipGraphDestroy,
+	gpurt.OpIpcGetMemHandle:    hipIpcGetMemHandle,
+	gpurt.OpIpcOpenMemHandle:   hipIpcOpenMemHandle,
+	gpurt.OpIpcCloseMemHandle:  hipIpcCloseMemHandle,
 }
+
+// abi is how this library's C signatures of gpurt's memory calls differ.
+var abi = gpurt.ABI{HostAllocFlags: true}
 
 // resultNames names the Result codes.
 var resultNames = map[Result]string{

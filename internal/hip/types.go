@@ -3,9 +3,7 @@ package hip
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
@@ -66,8 +64,9 @@ var ErrUnavailable = errors.New("hip: runtime unavailable")
 // Device is a HIP device ordinal.
 type Device int32
 
-// DevicePtr is a device address (hipDeviceptr_t).
-type DevicePtr = devrt.Ptr // shared with internal/cuda through gpu/devrt
+// DevicePtr is a device address (hipDeviceptr_t; gpurt's, shared with
+// internal/cuda and gpu/devrt).
+type DevicePtr = gpurt.DevicePtr
 
 // Stream is a hipStream_t; the zero value is the null stream.
 type Stream = gpurt.Stream[rt]
@@ -88,31 +87,18 @@ type Graph = gpurt.Graph[rt]
 type GraphExec = gpurt.GraphExec[rt]
 
 // IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle [64]byte
+type IpcMemHandle = gpurt.IpcMemHandle[rt]
 
 // IpcEventHandle is a hipIpcEventHandle_t (64 bytes).
 type IpcEventHandle [64]byte
 
-// HostMem is pinned host memory from MemAllocHost (C memory: Go may read
-// and write it through Bytes, and the runtime may use it asynchronously).
-type HostMem struct {
-	p unsafe.Pointer
-	n int
-}
-
-// Len is the size in bytes.
-func (h HostMem) Len() int { return h.n }
-
-// Bytes is a Go view of the memory (valid until MemFreeHost).
-func (h HostMem) Bytes() []byte {
-	if h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.n)
-}
+// HostMem is pinned host memory from gpurt.MemAllocHost[Runtime]
+// (hipHostMalloc with default flags): C memory that Go reads and writes
+// through Bytes and the runtime may use asynchronously.
+type HostMem = gpurt.HostMem[rt]
 
 // Dim3 is a grid or block shape.
-type Dim3 struct{ X, Y, Z uint32 }
+type Dim3 = gpurt.Dim3
 
 // DeviceAttribute is a hipDeviceAttribute_t (values of ROCm 5.x and 6.x,
 // which agree).
@@ -136,54 +122,14 @@ const (
 	AttrWarpSize               DeviceAttribute = 87 // the wavefront: 64 on CDNA (gfx9), 32 or 64 on RDNA
 )
 
-// FunctionAttribute is a hipFunction_attribute.
-type FunctionAttribute = gpurt.FunctionAttribute
-
-// Function attributes (for reports: registers, spills).
-const (
-	FuncMaxThreadsPerBlock FunctionAttribute = 0
-	FuncSharedSizeBytes    FunctionAttribute = 1
-	FuncConstSizeBytes     FunctionAttribute = 2
-	FuncLocalSizeBytes     FunctionAttribute = 3
-	FuncNumRegs            FunctionAttribute = 4
-)
-
-// Stream, event and IPC flags.
-const (
-	StreamDefault     uint32 = 0
-	StreamNonBlocking uint32 = 1
-
-	EventDefault       uint32 = 0
-	EventBlockingSync  uint32 = 1
-	EventDisableTiming uint32 = 2
-	EventInterprocess  uint32 = 4
-
-	// IpcMemLazyEnablePeerAccess is the one flag hipIpcOpenMemHandle takes.
-	IpcMemLazyEnablePeerAccess uint32 = 1
-)
-
-// CaptureMode is a hipStreamCaptureMode.
-type CaptureMode = gpurt.CaptureMode
-
-const (
-	CaptureGlobal      CaptureMode = 0
-	CaptureThreadLocal CaptureMode = 1
-	CaptureRelaxed     CaptureMode = 2
-)
-
-// CaptureStatus is a hipStreamCaptureStatus.
-type CaptureStatus = gpurt.CaptureStatus
-
-const (
-	CaptureNone        CaptureStatus = 0
-	CaptureActive      CaptureStatus = 1
-	CaptureInvalidated CaptureStatus = 2
-)
-
-// Kernel parameter limits of Args.
-const (
-	MaxArgBytes = kparams.MaxArgBytes
-	MaxArgs     = kparams.MaxArgs
+// FunctionAttribute is a hipFunction_attribute; CaptureMode and
+// CaptureStatus are hipStreamCaptureMode and hipStreamCaptureStatus. Their
+// values, and the stream and event flags, are gpurt's constants: HIP mirrors
+// the CUDA driver's.
+type (
+	FunctionAttribute = gpurt.FunctionAttribute
+	CaptureMode       = gpurt.CaptureMode
+	CaptureStatus     = gpurt.CaptureStatus
 )
 
 // Args lays out kernel parameters, one call per parameter of the kernel, in

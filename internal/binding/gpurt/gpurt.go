@@ -2,7 +2,10 @@
 // bindings (internal/cuda, internal/hip): the handle types whose calls have
 // the same C ABI on both (streams, events, graphs, modules, functions:
 // pointer-sized handles, int flags, int results), with their methods written
-// once. Each binding instantiates them with its Runtime, a zero-size type
+// once, and the memory, copy, launch and IPC calls, whose C signatures differ
+// only in the device-pointer type (integer CUdeviceptr, void* on HIP) and
+// the pinned allocator's flags: mem.go, with the flag and enum values both
+// vendors share (consts.go). Each binding instantiates them with its Runtime, a zero-size type
 // that maps an Op to its own entry point (the role table internal/bindgen
 // writes from its symbols.txt) and runs its call prologue and error mapping;
 // cuda.Stream is gpurt.Stream[cuda's runtime], hip.Stream
@@ -42,6 +45,24 @@ const (
 	OpGraphLaunch
 	OpGraphDestroy
 	OpGraphExecDestroy
+	OpMemGetInfo
+	OpMemAlloc
+	OpMemFree
+	OpMemGetAddressRange
+	OpMemAllocHost
+	OpMemFreeHost
+	OpMemcpyHtoD
+	OpMemcpyDtoH
+	OpMemcpyDtoD
+	OpMemcpyHtoDAsync
+	OpMemcpyDtoHAsync
+	OpMemcpyDtoDAsync
+	OpMemsetD8
+	OpMemsetD8Async
+	OpLaunchKernel
+	OpIpcGetMemHandle
+	OpIpcOpenMemHandle
+	OpIpcCloseMemHandle
 	NumOps
 )
 
@@ -50,7 +71,10 @@ const (
 var opNames = [NumOps]string{"StreamCreate", "StreamDestroy", "StreamSynchronize", "StreamQuery", "StreamWaitEvent",
 	"StreamBeginCapture", "StreamEndCapture", "StreamIsCapturing", "EventCreate", "EventRecord", "EventSynchronize",
 	"EventQuery", "EventDestroy", "EventElapsedTime", "ModuleLoadData", "ModuleUnload", "ModuleGetFunction",
-	"FuncGetAttribute", "GraphInstantiate", "GraphLaunch", "GraphDestroy", "GraphExecDestroy"}
+	"FuncGetAttribute", "GraphInstantiate", "GraphLaunch", "GraphDestroy", "GraphExecDestroy",
+	"MemGetInfo", "MemAlloc", "MemFree", "MemGetAddressRange", "MemAllocHost", "MemFreeHost", "MemcpyHtoD",
+	"MemcpyDtoH", "MemcpyDtoD", "MemcpyHtoDAsync", "MemcpyDtoHAsync", "MemcpyDtoDAsync", "MemsetD8",
+	"MemsetD8Async", "LaunchKernel", "IpcGetMemHandle", "IpcOpenMemHandle", "IpcCloseMemHandle"}
 
 // String is the role's name.
 func (o Op) String() string {
@@ -74,9 +98,14 @@ func OpNamed(name string) (Op, bool) {
 // if needed, checks that op's symbol is exported, calls do with its address
 // and maps the result to the binding's *Error (nil on success). The error
 // is an internal/binding Error, so its code and message are reachable here
-// (binding.CodeOf, binding.Annotate).
+// (binding.CodeOf, binding.Annotate). Invalid is the binding's
+// invalid-value error for a call refused before it is made (negative size,
+// empty grid), naming op's documented entry point. ABI says how the
+// binding's C signatures of the memory calls differ (mem.go).
 type Runtime interface {
 	Call(op Op, do func(fn uintptr) int32) error
+	Invalid(op Op, message string) error
+	ABI() ABI
 }
 
 // notReady is CUDA_ERROR_NOT_READY and hipErrorNotReady: the same value.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/detcoll/detcoll/internal/binding"
 )
@@ -28,6 +29,13 @@ func (fakeRT) Call(op Op, do func(uintptr) int32) error {
 	calls = append(calls, op)
 	return fail[op]
 }
+
+// Invalid names the op, as a binding names its documented entry point.
+func (fakeRT) Invalid(op Op, message string) error {
+	return &fakeErr{Code: 1, Name: "INVALID_VALUE", Message: message, Call: op.String()}
+}
+
+func (fakeRT) ABI() ABI { return ABI{} }
 
 func reset() { calls, fail = nil, map[Op]error{} }
 
@@ -144,5 +152,93 @@ func TestOpNames(t *testing.T) {
 	}
 	if _, ok := OpNamed("Nothing"); ok || Op(-1).String() != "Op(?)" || NumOps.String() != "Op(?)" {
 		t.Error("unknown roles are named")
+	}
+}
+
+// noArgs is a packer with no parameters (kparams.Args' role in the tests).
+type noArgs struct{ err error }
+
+func (a *noArgs) Err() error                { return a.err }
+func (a *noArgs) Layout() ([]byte, []int32) { return nil, nil }
+
+func TestMemoryRoles(t *testing.T) {
+	reset()
+	s := Stream[fakeRT](1)
+	h := HostMem[fakeRT]{p: unsafe.Pointer(new([16]byte)), n: 16}
+	_, _, _ = MemGetInfo[fakeRT]()
+	_, _ = MemAlloc[fakeRT](8)
+	_ = MemFree[fakeRT](1)
+	_, _, _ = MemGetAddressRange[fakeRT](1)
+	_, _ = MemAllocHost[fakeRT](8)
+	_ = MemFreeHost(h)
+	_ = MemcpyHtoD[fakeRT](1, []byte{1})
+	_ = MemcpyDtoH[fakeRT]([]byte{1}, 1)
+	_ = MemcpyDtoD[fakeRT](1, 2, 8)
+	_ = MemcpyHtoDAsync(1, h, 0, 8, s)
+	_ = MemcpyDtoHAsync(h, 8, 1, 8, s)
+	_ = MemcpyDtoDAsync(1, 2, 8, s)
+	_ = MemsetD8[fakeRT](1, 0, 8)
+	_ = MemsetD8Async(1, 0, 8, s)
+	_ = LaunchKernel(Function[fakeRT](1), Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, s, (*noArgs)(nil))
+	_, _ = IpcGetMemHandle[fakeRT](1)
+	_, _ = IpcOpenMemHandle(IpcMemHandle[fakeRT]{})
+	_ = IpcCloseMemHandle[fakeRT](1)
+	_, _ = LoadModule[fakeRT]([]byte{1})
+	want := []Op{OpMemGetInfo, OpMemAlloc, OpMemFree, OpMemGetAddressRange, OpMemAllocHost, OpMemFreeHost,
+		OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemcpyHtoDAsync, OpMemcpyDtoHAsync, OpMemcpyDtoDAsync,
+		OpMemsetD8, OpMemsetD8Async, OpLaunchKernel, OpIpcGetMemHandle, OpIpcOpenMemHandle, OpIpcCloseMemHandle,
+		OpModuleLoadData}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("roles called %v, want %v", calls, want)
+	}
+}
+
+// TestArgumentChecks: what is refused before a call is the binding's
+// invalid-value error naming the entry point, and empty work is no call.
+func TestArgumentChecks(t *testing.T) {
+	reset()
+	invalid := func(what string, err error, op Op, msg string) {
+		t.Helper()
+		var e *fakeErr
+		if !errors.As(err, &e) || e.Code != 1 || e.Call != op.String() || e.Message != msg {
+			t.Errorf("%s: %v, want the invalid-value error of %v: %s", what, err, op, msg)
+		}
+	}
+	_, err := MemAlloc[fakeRT](-1)
+	invalid("negative alloc", err, OpMemAlloc, "negative size -1")
+	_, err = MemAllocHost[fakeRT](-2)
+	invalid("negative host alloc", err, OpMemAllocHost, "negative size -2")
+	invalid("negative copy", MemcpyDtoD[fakeRT](1, 2, -3), OpMemcpyDtoD, "negative size -3")
+	invalid("negative fill", MemsetD8Async(1, 0, -4, Stream[fakeRT](0)), OpMemsetD8Async, "negative size -4")
+	h := HostMem[fakeRT]{n: 8}
+	invalid("copy past the host buffer", MemcpyHtoDAsync(0, h, 4, 8, 0), OpMemcpyHtoDAsync, "range [4, 12) outside host buffer of 8 bytes")
+	invalid("copy before the host buffer", MemcpyDtoHAsync(h, -1, 0, 1, 0), OpMemcpyDtoHAsync, "range [-1, 0) outside host buffer of 8 bytes")
+	_, err = LoadModule[fakeRT](nil)
+	invalid("empty image", err, OpModuleLoadData, "empty module image")
+	err = LaunchKernel(Function[fakeRT](1), Dim3{0, 1, 1}, Dim3{64, 1, 1}, 0, 0, &noArgs{})
+	invalid("empty grid", err, OpLaunchKernel, "empty launch grid {0 1 1} block {64 1 1}")
+	bad := errors.New("kernel parameter 0: too large")
+	if err := LaunchKernel(Function[fakeRT](1), Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, &noArgs{err: bad}); err != bad {
+		t.Errorf("a packer's error: %v", err)
+	}
+	// Empty work and zero handles are no calls.
+	if p, err := MemAlloc[fakeRT](0); p != 0 || err != nil {
+		t.Errorf("zero alloc = %v, %v", p, err)
+	}
+	if h, err := MemAllocHost[fakeRT](0); h.Bytes() != nil || h.Len() != 0 || err != nil {
+		t.Errorf("zero host alloc = %v, %v", h, err)
+	}
+	for what, err := range map[string]error{"free 0": MemFree[fakeRT](0), "free host nil": MemFreeHost(HostMem[fakeRT]{}),
+		"empty HtoD": MemcpyHtoD[fakeRT](1, nil), "empty DtoH": MemcpyDtoH[fakeRT](nil, 1), "empty DtoD": MemcpyDtoD[fakeRT](1, 2, 0),
+		"empty fill": MemsetD8[fakeRT](1, 0, 0), "empty async copy": MemcpyHtoDAsync(1, h, 8, 0, 0)} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if len(calls) != 0 {
+		t.Errorf("refused or empty work called %v", calls)
+	}
+	if got := DevicePtr(0x1000).Add(0x20); got != 0x1020 {
+		t.Errorf("Add = %#x", got)
 	}
 }
