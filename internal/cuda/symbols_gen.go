@@ -181,6 +181,31 @@ var roles = [gpurt.NumOps]sym{
 	gpurt.OpMemGetAddressRange: cuMemGetAddressRange,
 }
 
+// rt is this binding's side of internal/binding/gpurt's shared calls (the
+// handle types, memory, copies, launches, IPC): roles name the entry point
+// of each, call runs the package's prologue and maps the result to its *Error.
+type rt struct{}
+
+// Runtime is the type argument of this binding's handle types (Stream is
+// gpurt.Stream[Runtime]) and of gpurt's memory calls
+// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
+type Runtime = rt
+
+// Call runs op's entry point through the package's call prologue.
+func (rt) Call(op gpurt.Op, do func(fn uintptr) int32) error {
+	s := roles[op]
+	return call(s, func() Result { return Result(do(syms.Ptr(s))) })
+}
+
+// Invalid is the invalid-value error of a call refused before it is made,
+// named by op's documented entry point.
+func (rt) Invalid(op gpurt.Op, message string) error {
+	return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: message, Call: syms.API(roles[op])}
+}
+
+// ABI is the list's abi line.
+func (rt) ABI() gpurt.ABI { return abi }
+
 // abi is how this library's C signatures of gpurt's memory calls differ.
 var abi = gpurt.ABI{IntegerDevicePtr: true}
 
