@@ -12,6 +12,7 @@ import (
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devcomm"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
+	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/cublas"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -251,7 +252,7 @@ func (o *gpuOps) allReduce(ctx context.Context, p cuda.DevicePtr, count int) err
 			if nc == nil {
 				return fmt.Errorf("gpuffn: no NCCL communicator: %w", o.comm.Err())
 			}
-			return nc.AllReduce(p, p, count, nccl.BFloat16, nccl.Sum, o.stream)
+			return nc.AllReduce(p, p, count, ccl.BFloat16, ccl.Sum, o.stream)
 		})
 	}
 	buf := devcomm.Buffer{Ptr: p, Bytes: count * 2}

@@ -94,14 +94,14 @@ func callLib(prefix string, op Op, do func(uintptr) int32) error {
 type intRT struct{}
 
 func (intRT) Call(op Op, do func(uintptr) int32) error { return callLib("i_", op, do) }
-func (intRT) Invalid(op Op, m string) error             { return fakeRT{}.Invalid(op, m) }
-func (intRT) ABI() ABI                                  { return ABI{IntegerDevicePtr: true} }
+func (intRT) Invalid(op Op, m string) error            { return fakeRT{}.Invalid(op, m) }
+func (intRT) ABI() ABI                                 { return ABI{IntegerDevicePtr: true} }
 
 type ptrRT struct{}
 
 func (ptrRT) Call(op Op, do func(uintptr) int32) error { return callLib("p_", op, do) }
-func (ptrRT) Invalid(op Op, m string) error             { return fakeRT{}.Invalid(op, m) }
-func (ptrRT) ABI() ABI                                  { return ABI{HostAllocFlags: true} }
+func (ptrRT) Invalid(op Op, m string) error            { return fakeRT{}.Invalid(op, m) }
+func (ptrRT) ABI() ABI                                 { return ABI{HostAllocFlags: true} }
 
 // packed is a packer holding (u64 0xdeadbeef00, i32 -7).
 type packed struct{}
