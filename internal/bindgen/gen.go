@@ -60,6 +60,9 @@ func Generate(s *Spec) ([]byte, error) {
 		if f.Optional {
 			p(", Optional: true")
 		}
+		if f.Role != "" {
+			p(", Role: %q", f.Role)
+		}
 		p("},\n")
 	}
 	p("})\n")
@@ -67,15 +70,6 @@ func Generate(s *Spec) ([]byte, error) {
 		p("}\n")
 	}
 	if hasRoles {
-		p("\n// roles maps each internal/binding/gpurt role to the entry point that plays it.\n")
-		p("var roles = [gpurt.NumOps]sym{\n")
-		for _, f := range s.Funcs {
-			if f.Role != "" {
-				p("gpurt.Op%s: %s,\n", f.Role, f.API)
-			}
-		}
-		p("}\n")
-		writeRuntime(&b, s.Result)
 		p("\n// abi is how this library's C signatures of gpurt's memory calls differ.\n")
 		p("var abi = gpurt.ABI{")
 		for i, f := range s.ABI {
@@ -109,35 +103,3 @@ func writeCodes(b *bytes.Buffer, name, typ, doc string, codes []Code) {
 	b.WriteString("}\n")
 }
 
-// writeRuntime writes the binding's gpurt.Runtime: rt, which plays each role
-// through the roles table and the package's call prologue (call) and
-// error type (Error, ResultInvalidValue, ResultName), all hand-written in
-// the package.
-func writeRuntime(b *bytes.Buffer, result string) {
-	fmt.Fprintf(b, `
-// rt is this binding's side of internal/binding/gpurt's shared calls (the
-// handle types, memory, copies, launches, IPC): roles name the entry point
-// of each, call runs the package's prologue and maps the result to its *Error.
-type rt struct{}
-
-// Runtime is the type argument of this binding's handle types (Stream is
-// gpurt.Stream[Runtime]) and of gpurt's memory calls
-// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
-type Runtime = rt
-
-// Call runs op's entry point through the package's call prologue.
-func (rt) Call(op gpurt.Op, do func(fn uintptr) int32) error {
-	s := roles[op]
-	return call(s, func() %[1]s { return %[1]s(do(syms.Ptr(s))) })
-}
-
-// Invalid is the invalid-value error of a call refused before it is made,
-// named by op's documented entry point.
-func (rt) Invalid(op gpurt.Op, message string) error {
-	return &Error{Code: %[1]sInvalidValue, Name: %[1]sName(%[1]sInvalidValue), Message: message, Call: syms.API(roles[op])}
-}
-
-// ABI is the list's abi line.
-func (rt) ABI() gpurt.ABI { return abi }
-`, result)
-}

@@ -12,6 +12,7 @@ type Symbol struct {
 	API        string   // the name in the vendor's documentation
 	Candidates []string // exported names to try, best first
 	Optional   bool     // the binding works without it
+	Role       string   // the internal/binding/gpurt call it plays ("StreamCreate"), if any
 }
 
 // Table is a library's symbols, indexed by the binding's sym type S and, once Open succeeded, their addresses.

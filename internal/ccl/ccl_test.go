@@ -113,9 +113,7 @@ func TestLoadMissing(t *testing.T) {
 // hip.Runtime); the typed face never calls it.
 type typedRT struct{}
 
-func (typedRT) Call(gpurt.Op, func(uintptr) int32) error { return errors.New("not called") }
-func (typedRT) Invalid(gpurt.Op, string) error           { return errors.New("not called") }
-func (typedRT) ABI() gpurt.ABI                           { return gpurt.ABI{} }
+func (typedRT) Binding() *gpurt.Binding { return nil }
 
 // A nil typed library or communicator (what a failed load leaves) fails its
 // calls with an error, or is a no-op for Destroy and Abort; never a panic.

@@ -60,6 +60,20 @@ func call(s sym, f func() Result) error {
 	return errorOf(s, f())
 }
 
+// rt is this binding's runtime type for internal/binding/gpurt's shared
+// calls (the handle types, memory, copies, launches, IPC): its Binding plays
+// each role by the symbol that symbols.txt gives it, through call.
+type rt struct{}
+
+// Runtime is the type argument of this binding's handle types (Stream is
+// gpurt.Stream[Runtime]) and of gpurt's memory calls
+// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
+type Runtime = rt
+
+func (rt) Binding() *gpurt.Binding { return shared }
+
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, ResultInvalidValue, abi)
+
 // DriverVersion is cuDriverGetVersion: the CUDA version the driver supports,
 // 1000*major + 10*minor (13000 for CUDA 13.0).
 func DriverVersion() (int, error) {

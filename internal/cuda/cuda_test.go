@@ -87,8 +87,8 @@ func TestVendorErrors(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != ResultInvalidValue || e.Call != "cuMemAlloc" || e.Name != "CUDA_ERROR_INVALID_VALUE" {
 		t.Fatalf("negative alloc: %#v", err)
 	}
-	if !(rt{}).ABI().IntegerDevicePtr || (rt{}).ABI().HostAllocFlags {
-		t.Fatalf("ABI %+v: CUdeviceptr is an integer, cuMemAllocHost takes no flags", (rt{}).ABI())
+	if !abi.IntegerDevicePtr || abi.HostAllocFlags {
+		t.Fatalf("ABI %+v: CUdeviceptr is an integer, cuMemAllocHost takes no flags", abi)
 	}
 }
 

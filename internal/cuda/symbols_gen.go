@@ -95,116 +95,47 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 	cuCtxGetCurrent:           {API: "cuCtxGetCurrent", Candidates: []string{"cuCtxGetCurrent"}},
 	cuCtxSynchronize:          {API: "cuCtxSynchronize", Candidates: []string{"cuCtxSynchronize"}},
 	cuCtxEnablePeerAccess:     {API: "cuCtxEnablePeerAccess", Candidates: []string{"cuCtxEnablePeerAccess"}, Optional: true},
-	cuMemGetInfo:              {API: "cuMemGetInfo", Candidates: []string{"cuMemGetInfo_v2"}},
-	cuMemAlloc:                {API: "cuMemAlloc", Candidates: []string{"cuMemAlloc_v2"}},
-	cuMemFree:                 {API: "cuMemFree", Candidates: []string{"cuMemFree_v2"}},
-	cuMemAllocHost:            {API: "cuMemAllocHost", Candidates: []string{"cuMemAllocHost_v2"}},
-	cuMemFreeHost:             {API: "cuMemFreeHost", Candidates: []string{"cuMemFreeHost"}},
-	cuMemcpyHtoD:              {API: "cuMemcpyHtoD", Candidates: []string{"cuMemcpyHtoD_v2"}},
-	cuMemcpyDtoH:              {API: "cuMemcpyDtoH", Candidates: []string{"cuMemcpyDtoH_v2"}},
-	cuMemcpyDtoD:              {API: "cuMemcpyDtoD", Candidates: []string{"cuMemcpyDtoD_v2"}},
-	cuMemcpyHtoDAsync:         {API: "cuMemcpyHtoDAsync", Candidates: []string{"cuMemcpyHtoDAsync_v2"}},
-	cuMemcpyDtoHAsync:         {API: "cuMemcpyDtoHAsync", Candidates: []string{"cuMemcpyDtoHAsync_v2"}},
-	cuMemcpyDtoDAsync:         {API: "cuMemcpyDtoDAsync", Candidates: []string{"cuMemcpyDtoDAsync_v2"}},
-	cuMemsetD8:                {API: "cuMemsetD8", Candidates: []string{"cuMemsetD8_v2"}},
-	cuMemsetD8Async:           {API: "cuMemsetD8Async", Candidates: []string{"cuMemsetD8Async"}},
-	cuStreamCreate:            {API: "cuStreamCreate", Candidates: []string{"cuStreamCreate"}},
-	cuStreamDestroy:           {API: "cuStreamDestroy", Candidates: []string{"cuStreamDestroy_v2"}},
-	cuStreamSynchronize:       {API: "cuStreamSynchronize", Candidates: []string{"cuStreamSynchronize"}},
-	cuStreamQuery:             {API: "cuStreamQuery", Candidates: []string{"cuStreamQuery"}},
-	cuStreamWaitEvent:         {API: "cuStreamWaitEvent", Candidates: []string{"cuStreamWaitEvent"}},
-	cuEventCreate:             {API: "cuEventCreate", Candidates: []string{"cuEventCreate"}},
-	cuEventRecord:             {API: "cuEventRecord", Candidates: []string{"cuEventRecord"}},
-	cuEventSynchronize:        {API: "cuEventSynchronize", Candidates: []string{"cuEventSynchronize"}},
-	cuEventQuery:              {API: "cuEventQuery", Candidates: []string{"cuEventQuery"}},
-	cuEventDestroy:            {API: "cuEventDestroy", Candidates: []string{"cuEventDestroy_v2"}},
-	cuEventElapsedTime:        {API: "cuEventElapsedTime", Candidates: []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}},
-	cuModuleLoadData:          {API: "cuModuleLoadData", Candidates: []string{"cuModuleLoadData"}},
-	cuModuleUnload:            {API: "cuModuleUnload", Candidates: []string{"cuModuleUnload"}},
-	cuModuleGetFunction:       {API: "cuModuleGetFunction", Candidates: []string{"cuModuleGetFunction"}},
-	cuFuncGetAttribute:        {API: "cuFuncGetAttribute", Candidates: []string{"cuFuncGetAttribute"}, Optional: true},
-	cuLaunchKernel:            {API: "cuLaunchKernel", Candidates: []string{"cuLaunchKernel"}},
-	cuStreamBeginCapture:      {API: "cuStreamBeginCapture", Candidates: []string{"cuStreamBeginCapture_v2"}, Optional: true},
-	cuStreamEndCapture:        {API: "cuStreamEndCapture", Candidates: []string{"cuStreamEndCapture"}, Optional: true},
-	cuStreamIsCapturing:       {API: "cuStreamIsCapturing", Candidates: []string{"cuStreamIsCapturing"}, Optional: true},
-	cuGraphInstantiate:        {API: "cuGraphInstantiate", Candidates: []string{"cuGraphInstantiateWithFlags"}, Optional: true},
-	cuGraphLaunch:             {API: "cuGraphLaunch", Candidates: []string{"cuGraphLaunch"}, Optional: true},
-	cuGraphExecDestroy:        {API: "cuGraphExecDestroy", Candidates: []string{"cuGraphExecDestroy"}, Optional: true},
-	cuGraphDestroy:            {API: "cuGraphDestroy", Candidates: []string{"cuGraphDestroy"}, Optional: true},
-	cuIpcGetMemHandle:         {API: "cuIpcGetMemHandle", Candidates: []string{"cuIpcGetMemHandle"}, Optional: true},
-	cuIpcOpenMemHandle:        {API: "cuIpcOpenMemHandle", Candidates: []string{"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"}, Optional: true},
-	cuIpcCloseMemHandle:       {API: "cuIpcCloseMemHandle", Candidates: []string{"cuIpcCloseMemHandle"}, Optional: true},
-	cuMemGetAddressRange:      {API: "cuMemGetAddressRange", Candidates: []string{"cuMemGetAddressRange_v2"}, Optional: true},
+	cuMemGetInfo:              {API: "cuMemGetInfo", Candidates: []string{"cuMemGetInfo_v2"}, Role: "MemGetInfo"},
+	cuMemAlloc:                {API: "cuMemAlloc", Candidates: []string{"cuMemAlloc_v2"}, Role: "MemAlloc"},
+	cuMemFree:                 {API: "cuMemFree", Candidates: []string{"cuMemFree_v2"}, Role: "MemFree"},
+	cuMemAllocHost:            {API: "cuMemAllocHost", Candidates: []string{"cuMemAllocHost_v2"}, Role: "MemAllocHost"},
+	cuMemFreeHost:             {API: "cuMemFreeHost", Candidates: []string{"cuMemFreeHost"}, Role: "MemFreeHost"},
+	cuMemcpyHtoD:              {API: "cuMemcpyHtoD", Candidates: []string{"cuMemcpyHtoD_v2"}, Role: "MemcpyHtoD"},
+	cuMemcpyDtoH:              {API: "cuMemcpyDtoH", Candidates: []string{"cuMemcpyDtoH_v2"}, Role: "MemcpyDtoH"},
+	cuMemcpyDtoD:              {API: "cuMemcpyDtoD", Candidates: []string{"cuMemcpyDtoD_v2"}, Role: "MemcpyDtoD"},
+	cuMemcpyHtoDAsync:         {API: "cuMemcpyHtoDAsync", Candidates: []string{"cuMemcpyHtoDAsync_v2"}, Role: "MemcpyHtoDAsync"},
+	cuMemcpyDtoHAsync:         {API: "cuMemcpyDtoHAsync", Candidates: []string{"cuMemcpyDtoHAsync_v2"}, Role: "MemcpyDtoHAsync"},
+	cuMemcpyDtoDAsync:         {API: "cuMemcpyDtoDAsync", Candidates: []string{"cuMemcpyDtoDAsync_v2"}, Role: "MemcpyDtoDAsync"},
+	cuMemsetD8:                {API: "cuMemsetD8", Candidates: []string{"cuMemsetD8_v2"}, Role: "MemsetD8"},
+	cuMemsetD8Async:           {API: "cuMemsetD8Async", Candidates: []string{"cuMemsetD8Async"}, Role: "MemsetD8Async"},
+	cuStreamCreate:            {API: "cuStreamCreate", Candidates: []string{"cuStreamCreate"}, Role: "StreamCreate"},
+	cuStreamDestroy:           {API: "cuStreamDestroy", Candidates: []string{"cuStreamDestroy_v2"}, Role: "StreamDestroy"},
+	cuStreamSynchronize:       {API: "cuStreamSynchronize", Candidates: []string{"cuStreamSynchronize"}, Role: "StreamSynchronize"},
+	cuStreamQuery:             {API: "cuStreamQuery", Candidates: []string{"cuStreamQuery"}, Role: "StreamQuery"},
+	cuStreamWaitEvent:         {API: "cuStreamWaitEvent", Candidates: []string{"cuStreamWaitEvent"}, Role: "StreamWaitEvent"},
+	cuEventCreate:             {API: "cuEventCreate", Candidates: []string{"cuEventCreate"}, Role: "EventCreate"},
+	cuEventRecord:             {API: "cuEventRecord", Candidates: []string{"cuEventRecord"}, Role: "EventRecord"},
+	cuEventSynchronize:        {API: "cuEventSynchronize", Candidates: []string{"cuEventSynchronize"}, Role: "EventSynchronize"},
+	cuEventQuery:              {API: "cuEventQuery", Candidates: []string{"cuEventQuery"}, Role: "EventQuery"},
+	cuEventDestroy:            {API: "cuEventDestroy", Candidates: []string{"cuEventDestroy_v2"}, Role: "EventDestroy"},
+	cuEventElapsedTime:        {API: "cuEventElapsedTime", Candidates: []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}, Role: "EventElapsedTime"},
+	cuModuleLoadData:          {API: "cuModuleLoadData", Candidates: []string{"cuModuleLoadData"}, Role: "ModuleLoadData"},
+	cuModuleUnload:            {API: "cuModuleUnload", Candidates: []string{"cuModuleUnload"}, Role: "ModuleUnload"},
+	cuModuleGetFunction:       {API: "cuModuleGetFunction", Candidates: []string{"cuModuleGetFunction"}, Role: "ModuleGetFunction"},
+	cuFuncGetAttribute:        {API: "cuFuncGetAttribute", Candidates: []string{"cuFuncGetAttribute"}, Optional: true, Role: "FuncGetAttribute"},
+	cuLaunchKernel:            {API: "cuLaunchKernel", Candidates: []string{"cuLaunchKernel"}, Role: "LaunchKernel"},
+	cuStreamBeginCapture:      {API: "cuStreamBeginCapture", Candidates: []string{"cuStreamBeginCapture_v2"}, Optional: true, Role: "StreamBeginCapture"},
+	cuStreamEndCapture:        {API: "cuStreamEndCapture", Candidates: []string{"cuStreamEndCapture"}, Optional: true, Role: "StreamEndCapture"},
+	cuStreamIsCapturing:       {API: "cuStreamIsCapturing", Candidates: []string{"cuStreamIsCapturing"}, Optional: true, Role: "StreamIsCapturing"},
+	cuGraphInstantiate:        {API: "cuGraphInstantiate", Candidates: []string{"cuGraphInstantiateWithFlags"}, Optional: true, Role: "GraphInstantiate"},
+	cuGraphLaunch:             {API: "cuGraphLaunch", Candidates: []string{"cuGraphLaunch"}, Optional: true, Role: "GraphLaunch"},
+	cuGraphExecDestroy:        {API: "cuGraphExecDestroy", Candidates: []string{"cuGraphExecDestroy"}, Optional: true, Role: "GraphExecDestroy"},
+	cuGraphDestroy:            {API: "cuGraphDestroy", Candidates: []string{"cuGraphDestroy"}, Optional: true, Role: "GraphDestroy"},
+	cuIpcGetMemHandle:         {API: "cuIpcGetMemHandle", Candidates: []string{"cuIpcGetMemHandle"}, Optional: true, Role: "IpcGetMemHandle"},
+	cuIpcOpenMemHandle:        {API: "cuIpcOpenMemHandle", Candidates: []string{"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"}, Optional: true, Role: "IpcOpenMemHandle"},
+	cuIpcCloseMemHandle:       {API: "cuIpcCloseMemHandle", Candidates: []string{"cuIpcCloseMemHandle"}, Optional: true, Role: "IpcCloseMemHandle"},
+	cuMemGetAddressRange:      {API: "cuMemGetAddressRange", Candidates: []string{"cuMemGetAddressRange_v2"}, Optional: true, Role: "MemGetAddressRange"},
 })
-
-// roles maps each internal/binding/gpurt role to the entry point that plays it.
-var roles = [gpurt.NumOps]sym{
-	gpurt.OpMemGetInfo:         cuMemGetInfo,
-	gpurt.OpMemAlloc:           cuMemAlloc,
-	gpurt.OpMemFree:            cuMemFree,
-	gpurt.OpMemAllocHost:       cuMemAllocHost,
-	gpurt.OpMemFreeHost:        cuMemFreeHost,
-	gpurt.OpMemcpyHtoD:         cuMemcpyHtoD,
-	gpurt.OpMemcpyDtoH:         cuMemcpyDtoH,
-	gpurt.OpMemcpyDtoD:         cuMemcpyDtoD,
-	gpurt.OpMemcpyHtoDAsync:    cuMemcpyHtoDAsync,
-	gpurt.OpMemcpyDtoHAsync:    cuMemcpyDtoHAsync,
-	gpurt.OpMemcpyDtoDAsync:    cuMemcpyDtoDAsync,
-	gpurt.OpMemsetD8:           cuMemsetD8,
-	gpurt.OpMemsetD8Async:      cuMemsetD8Async,
-	gpurt.OpStreamCreate:       cuStreamCreate,
-	gpurt.OpStreamDestroy:      cuStreamDestroy,
-	gpurt.OpStreamSynchronize:  cuStreamSynchronize,
-	gpurt.OpStreamQuery:        cuStreamQuery,
-	gpurt.OpStreamWaitEvent:    cuStreamWaitEvent,
-	gpurt.OpEventCreate:        cuEventCreate,
-	gpurt.OpEventRecord:        cuEventRecord,
-	gpurt.OpEventSynchronize:   cuEventSynchronize,
-	gpurt.OpEventQuery:         cuEventQuery,
-	gpurt.OpEventDestroy:       cuEventDestroy,
-	gpurt.OpEventElapsedTime:   cuEventElapsedTime,
-	gpurt.OpModuleLoadData:     cuModuleLoadData,
-	gpurt.OpModuleUnload:       cuModuleUnload,
-	gpurt.OpModuleGetFunction:  cuModuleGetFunction,
-	gpurt.OpFuncGetAttribute:   cuFuncGetAttribute,
-	gpurt.OpLaunchKernel:       cuLaunchKernel,
-	gpurt.OpStreamBeginCapture: cuStreamBeginCapture,
-	gpurt.OpStreamEndCapture:   cuStreamEndCapture,
-	gpurt.OpStreamIsCapturing:  cuStreamIsCapturing,
-	gpurt.OpGraphInstantiate:   cuGraphInstantiate,
-	gpurt.OpGraphLaunch:        cuGraphLaunch,
-	gpurt.OpGraphExecDestroy:   cuGraphExecDestroy,
-	gpurt.OpGraphDestroy:       cuGraphDestroy,
-	gpurt.OpIpcGetMemHandle:    cuIpcGetMemHandle,
-	gpurt.OpIpcOpenMemHandle:   cuIpcOpenMemHandle,
-	gpurt.OpIpcCloseMemHandle:  cuIpcCloseMemHandle,
-	gpurt.OpMemGetAddressRange: cuMemGetAddressRange,
-}
-
-// rt is this binding's side of internal/binding/gpurt's shared calls (the
-// handle types, memory, copies, launches, IPC): roles name the entry point
-// of each, call runs the package's prologue and maps the result to its *Error.
-type rt struct{}
-
-// Runtime is the type argument of this binding's handle types (Stream is
-// gpurt.Stream[Runtime]) and of gpurt's memory calls
-// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
-type Runtime = rt
-
-// Call runs op's entry point through the package's call prologue.
-func (rt) Call(op gpurt.Op, do func(fn uintptr) int32) error {
-	s := roles[op]
-	return call(s, func() Result { return Result(do(syms.Ptr(s))) })
-}
-
-// Invalid is the invalid-value error of a call refused before it is made,
-// named by op's documented entry point.
-func (rt) Invalid(op gpurt.Op, message string) error {
-	return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: message, Call: syms.API(roles[op])}
-}
-
-// ABI is the list's abi line.
-func (rt) ABI() gpurt.ABI { return abi }
 
 // abi is how this library's C signatures of gpurt's memory calls differ.
 var abi = gpurt.ABI{IntegerDevicePtr: true}

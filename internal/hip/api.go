@@ -89,6 +89,20 @@ func callLoaded(s sym, f func() Result) error {
 	return errorOf(s, f())
 }
 
+// rt is this binding's runtime type for internal/binding/gpurt's shared
+// calls (the handle types, memory, copies, launches, IPC): its Binding plays
+// each role by the symbol that symbols.txt gives it, through call.
+type rt struct{}
+
+// Runtime is the type argument of this binding's handle types (Stream is
+// gpurt.Stream[Runtime]) and of gpurt's memory calls
+// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
+type Runtime = rt
+
+func (rt) Binding() *gpurt.Binding { return shared }
+
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, ResultInvalidValue, abi)
+
 // RuntimeVersion is hipRuntimeGetVersion (HIP_VERSION: major*10000000 +
 // minor*100000 + patch, e.g. 50221153 for 5.2.21153). It needs no GPU.
 func RuntimeVersion() (int, error) {

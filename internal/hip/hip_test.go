@@ -119,7 +119,7 @@ func TestVendorErrors(t *testing.T) {
 	if he, ok := err.(*Error); !ok || he.Code != ResultInvalidValue || he.Call != "hipModuleLaunchKernel" || !strings.Contains(he.Message, "empty launch grid") {
 		t.Fatalf("empty grid: %v", err)
 	}
-	if abi := (rt{}).ABI(); abi.IntegerDevicePtr || !abi.HostAllocFlags {
+	if abi.IntegerDevicePtr || !abi.HostAllocFlags {
 		t.Fatalf("ABI %+v: HIP device pointers are void*, hipHostMalloc takes flags", abi)
 	}
 }

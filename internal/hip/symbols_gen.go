@@ -93,118 +93,49 @@ var syms = binding.NewTable[sym]([]binding.Symbol{
 	hipDeviceEnablePeerAccess:    {API: "hipDeviceEnablePeerAccess", Candidates: []string{"hipDeviceEnablePeerAccess"}, Optional: true},
 	hipGetDeviceProperties:       {API: "hipGetDeviceProperties", Candidates: []string{"hipGetDevicePropertiesR0600", "hipGetDevicePropertiesR0000", "hipGetDeviceProperties"}, Optional: true},
 	hipDeviceSynchronize:         {API: "hipDeviceSynchronize", Candidates: []string{"hipDeviceSynchronize"}},
-	hipMemGetInfo:                {API: "hipMemGetInfo", Candidates: []string{"hipMemGetInfo"}},
-	hipMalloc:                    {API: "hipMalloc", Candidates: []string{"hipMalloc"}},
-	hipFree:                      {API: "hipFree", Candidates: []string{"hipFree"}},
-	hipHostMalloc:                {API: "hipHostMalloc", Candidates: []string{"hipHostMalloc"}},
-	hipHostFree:                  {API: "hipHostFree", Candidates: []string{"hipHostFree"}},
-	hipMemcpyHtoD:                {API: "hipMemcpyHtoD", Candidates: []string{"hipMemcpyHtoD"}},
-	hipMemcpyDtoH:                {API: "hipMemcpyDtoH", Candidates: []string{"hipMemcpyDtoH"}},
-	hipMemcpyDtoD:                {API: "hipMemcpyDtoD", Candidates: []string{"hipMemcpyDtoD"}},
-	hipMemcpyHtoDAsync:           {API: "hipMemcpyHtoDAsync", Candidates: []string{"hipMemcpyHtoDAsync"}},
-	hipMemcpyDtoHAsync:           {API: "hipMemcpyDtoHAsync", Candidates: []string{"hipMemcpyDtoHAsync"}},
-	hipMemcpyDtoDAsync:           {API: "hipMemcpyDtoDAsync", Candidates: []string{"hipMemcpyDtoDAsync"}},
-	hipMemsetD8:                  {API: "hipMemsetD8", Candidates: []string{"hipMemsetD8"}},
-	hipMemsetD8Async:             {API: "hipMemsetD8Async", Candidates: []string{"hipMemsetD8Async"}},
-	hipMemGetAddressRange:        {API: "hipMemGetAddressRange", Candidates: []string{"hipMemGetAddressRange"}, Optional: true},
-	hipStreamCreateWithFlags:     {API: "hipStreamCreateWithFlags", Candidates: []string{"hipStreamCreateWithFlags"}},
-	hipStreamDestroy:             {API: "hipStreamDestroy", Candidates: []string{"hipStreamDestroy"}},
-	hipStreamSynchronize:         {API: "hipStreamSynchronize", Candidates: []string{"hipStreamSynchronize"}},
-	hipStreamQuery:               {API: "hipStreamQuery", Candidates: []string{"hipStreamQuery"}},
-	hipStreamWaitEvent:           {API: "hipStreamWaitEvent", Candidates: []string{"hipStreamWaitEvent"}},
-	hipEventCreateWithFlags:      {API: "hipEventCreateWithFlags", Candidates: []string{"hipEventCreateWithFlags"}},
-	hipEventRecord:               {API: "hipEventRecord", Candidates: []string{"hipEventRecord"}},
-	hipEventSynchronize:          {API: "hipEventSynchronize", Candidates: []string{"hipEventSynchronize"}},
-	hipEventQuery:                {API: "hipEventQuery", Candidates: []string{"hipEventQuery"}},
-	hipEventDestroy:              {API: "hipEventDestroy", Candidates: []string{"hipEventDestroy"}},
-	hipEventElapsedTime:          {API: "hipEventElapsedTime", Candidates: []string{"hipEventElapsedTime"}},
-	hipModuleLoadData:            {API: "hipModuleLoadData", Candidates: []string{"hipModuleLoadData"}},
-	hipModuleUnload:              {API: "hipModuleUnload", Candidates: []string{"hipModuleUnload"}},
-	hipModuleGetFunction:         {API: "hipModuleGetFunction", Candidates: []string{"hipModuleGetFunction"}},
-	hipFuncGetAttribute:          {API: "hipFuncGetAttribute", Candidates: []string{"hipFuncGetAttribute"}, Optional: true},
-	hipModuleLaunchKernel:        {API: "hipModuleLaunchKernel", Candidates: []string{"hipModuleLaunchKernel"}},
-	hipStreamBeginCapture:        {API: "hipStreamBeginCapture", Candidates: []string{"hipStreamBeginCapture"}, Optional: true},
-	hipStreamEndCapture:          {API: "hipStreamEndCapture", Candidates: []string{"hipStreamEndCapture"}, Optional: true},
-	hipStreamIsCapturing:         {API: "hipStreamIsCapturing", Candidates: []string{"hipStreamIsCapturing"}, Optional: true},
-	hipGraphInstantiateWithFlags: {API: "hipGraphInstantiateWithFlags", Candidates: []string{"hipGraphInstantiateWithFlags"}, Optional: true},
-	hipGraphLaunch:               {API: "hipGraphLaunch", Candidates: []string{"hipGraphLaunch"}, Optional: true},
-	hipGraphExecDestroy:          {API: "hipGraphExecDestroy", Candidates: []string{"hipGraphExecDestroy"}, Optional: true},
-	hipGraphDestroy:              {API: "hipGraphDestroy", Candidates: []string{"hipGraphDestroy"}, Optional: true},
-	hipIpcGetMemHandle:           {API: "hipIpcGetMemHandle", Candidates: []string{"hipIpcGetMemHandle"}, Optional: true},
-	hipIpcOpenMemHandle:          {API: "hipIpcOpenMemHandle", Candidates: []string{"hipIpcOpenMemHandle"}, Optional: true},
-	hipIpcCloseMemHandle:         {API: "hipIpcCloseMemHandle", Candidates: []string{"hipIpcCloseMemHandle"}, Optional: true},
+	hipMemGetInfo:                {API: "hipMemGetInfo", Candidates: []string{"hipMemGetInfo"}, Role: "MemGetInfo"},
+	hipMalloc:                    {API: "hipMalloc", Candidates: []string{"hipMalloc"}, Role: "MemAlloc"},
+	hipFree:                      {API: "hipFree", Candidates: []string{"hipFree"}, Role: "MemFree"},
+	hipHostMalloc:                {API: "hipHostMalloc", Candidates: []string{"hipHostMalloc"}, Role: "MemAllocHost"},
+	hipHostFree:                  {API: "hipHostFree", Candidates: []string{"hipHostFree"}, Role: "MemFreeHost"},
+	hipMemcpyHtoD:                {API: "hipMemcpyHtoD", Candidates: []string{"hipMemcpyHtoD"}, Role: "MemcpyHtoD"},
+	hipMemcpyDtoH:                {API: "hipMemcpyDtoH", Candidates: []string{"hipMemcpyDtoH"}, Role: "MemcpyDtoH"},
+	hipMemcpyDtoD:                {API: "hipMemcpyDtoD", Candidates: []string{"hipMemcpyDtoD"}, Role: "MemcpyDtoD"},
+	hipMemcpyHtoDAsync:           {API: "hipMemcpyHtoDAsync", Candidates: []string{"hipMemcpyHtoDAsync"}, Role: "MemcpyHtoDAsync"},
+	hipMemcpyDtoHAsync:           {API: "hipMemcpyDtoHAsync", Candidates: []string{"hipMemcpyDtoHAsync"}, Role: "MemcpyDtoHAsync"},
+	hipMemcpyDtoDAsync:           {API: "hipMemcpyDtoDAsync", Candidates: []string{"hipMemcpyDtoDAsync"}, Role: "MemcpyDtoDAsync"},
+	hipMemsetD8:                  {API: "hipMemsetD8", Candidates: []string{"hipMemsetD8"}, Role: "MemsetD8"},
+	hipMemsetD8Async:             {API: "hipMemsetD8Async", Candidates: []string{"hipMemsetD8Async"}, Role: "MemsetD8Async"},
+	hipMemGetAddressRange:        {API: "hipMemGetAddressRange", Candidates: []string{"hipMemGetAddressRange"}, Optional: true, Role: "MemGetAddressRange"},
+	hipStreamCreateWithFlags:     {API: "hipStreamCreateWithFlags", Candidates: []string{"hipStreamCreateWithFlags"}, Role: "StreamCreate"},
+	hipStreamDestroy:             {API: "hipStreamDestroy", Candidates: []string{"hipStreamDestroy"}, Role: "StreamDestroy"},
+	hipStreamSynchronize:         {API: "hipStreamSynchronize", Candidates: []string{"hipStreamSynchronize"}, Role: "StreamSynchronize"},
+	hipStreamQuery:               {API: "hipStreamQuery", Candidates: []string{"hipStreamQuery"}, Role: "StreamQuery"},
+	hipStreamWaitEvent:           {API: "hipStreamWaitEvent", Candidates: []string{"hipStreamWaitEvent"}, Role: "StreamWaitEvent"},
+	hipEventCreateWithFlags:      {API: "hipEventCreateWithFlags", Candidates: []string{"hipEventCreateWithFlags"}, Role: "EventCreate"},
+	hipEventRecord:               {API: "hipEventRecord", Candidates: []string{"hipEventRecord"}, Role: "EventRecord"},
+	hipEventSynchronize:          {API: "hipEventSynchronize", Candidates: []string{"hipEventSynchronize"}, Role: "EventSynchronize"},
+	hipEventQuery:                {API: "hipEventQuery", Candidates: []string{"hipEventQuery"}, Role: "EventQuery"},
+	hipEventDestroy:              {API: "hipEventDestroy", Candidates: []string{"hipEventDestroy"}, Role: "EventDestroy"},
+	hipEventElapsedTime:          {API: "hipEventElapsedTime", Candidates: []string{"hipEventElapsedTime"}, Role: "EventElapsedTime"},
+	hipModuleLoadData:            {API: "hipModuleLoadData", Candidates: []string{"hipModuleLoadData"}, Role: "ModuleLoadData"},
+	hipModuleUnload:              {API: "hipModuleUnload", Candidates: []string{"hipModuleUnload"}, Role: "ModuleUnload"},
+	hipModuleGetFunction:         {API: "hipModuleGetFunction", Candidates: []string{"hipModuleGetFunction"}, Role: "ModuleGetFunction"},
+	hipFuncGetAttribute:          {API: "hipFuncGetAttribute", Candidates: []string{"hipFuncGetAttribute"}, Optional: true, Role: "FuncGetAttribute"},
+	hipModuleLaunchKernel:        {API: "hipModuleLaunchKernel", Candidates: []string{"hipModuleLaunchKernel"}, Role: "LaunchKernel"},
+	hipStreamBeginCapture:        {API: "hipStreamBeginCapture", Candidates: []string{"hipStreamBeginCapture"}, Optional: true, Role: "StreamBeginCapture"},
+	hipStreamEndCapture:          {API: "hipStreamEndCapture", Candidates: []string{"hipStreamEndCapture"}, Optional: true, Role: "StreamEndCapture"},
+	hipStreamIsCapturing:         {API: "hipStreamIsCapturing", Candidates: []string{"hipStreamIsCapturing"}, Optional: true, Role: "StreamIsCapturing"},
+	hipGraphInstantiateWithFlags: {API: "hipGraphInstantiateWithFlags", Candidates: []string{"hipGraphInstantiateWithFlags"}, Optional: true, Role: "GraphInstantiate"},
+	hipGraphLaunch:               {API: "hipGraphLaunch", Candidates: []string{"hipGraphLaunch"}, Optional: true, Role: "GraphLaunch"},
+	hipGraphExecDestroy:          {API: "hipGraphExecDestroy", Candidates: []string{"hipGraphExecDestroy"}, Optional: true, Role: "GraphExecDestroy"},
+	hipGraphDestroy:              {API: "hipGraphDestroy", Candidates: []string{"hipGraphDestroy"}, Optional: true, Role: "GraphDestroy"},
+	hipIpcGetMemHandle:           {API: "hipIpcGetMemHandle", Candidates: []string{"hipIpcGetMemHandle"}, Optional: true, Role: "IpcGetMemHandle"},
+	hipIpcOpenMemHandle:          {API: "hipIpcOpenMemHandle", Candidates: []string{"hipIpcOpenMemHandle"}, Optional: true, Role: "IpcOpenMemHandle"},
+	hipIpcCloseMemHandle:         {API: "hipIpcCloseMemHandle", Candidates: []string{"hipIpcCloseMemHandle"}, Optional: true, Role: "IpcCloseMemHandle"},
 	hipIpcGetEventHandle:         {API: "hipIpcGetEventHandle", Candidates: []string{"hipIpcGetEventHandle"}, Optional: true},
 	hipIpcOpenEventHandle:        {API: "hipIpcOpenEventHandle", Candidates: []string{"hipIpcOpenEventHandle"}, Optional: true},
 })
-
-// roles maps each internal/binding/gpurt role to the entry point that plays it.
-var roles = [gpurt.NumOps]sym{
-	gpurt.OpMemGetInfo:         hipMemGetInfo,
-	gpurt.OpMemAlloc:           hipMalloc,
-	gpurt.OpMemFree:            hipFree,
-	gpurt.OpMemAllocHost:       hipHostMalloc,
-	gpurt.OpMemFreeHost:        hipHostFree,
-	gpurt.OpMemcpyHtoD:         hipMemcpyHtoD,
-	gpurt.OpMemcpyDtoH:         hipMemcpyDtoH,
-	gpurt.OpMemcpyDtoD:         hipMemcpyDtoD,
-	gpurt.OpMemcpyHtoDAsync:    hipMemcpyHtoDAsync,
-	gpurt.OpMemcpyDtoHAsync:    hipMemcpyDtoHAsync,
-	gpurt.OpMemcpyDtoDAsync:    hipMemcpyDtoDAsync,
-	gpurt.OpMemsetD8:           hipMemsetD8,
-	gpurt.OpMemsetD8Async:      hipMemsetD8Async,
-	gpurt.OpMemGetAddressRange: hipMemGetAddressRange,
-	gpurt.OpStreamCreate:       hipStreamCreateWithFlags,
-	gpurt.OpStreamDestroy:      hipStreamDestroy,
-	gpurt.OpStreamSynchronize:  hipStreamSynchronize,
-	gpurt.OpStreamQuery:        hipStreamQuery,
-	gpurt.OpStreamWaitEvent:    hipStreamWaitEvent,
-	gpurt.OpEventCreate:        hipEventCreateWithFlags,
-	gpurt.OpEventRecord:        hipEventRecord,
-	gpurt.OpEventSynchronize:   hipEventSynchronize,
-	gpurt.OpEventQuery:         hipEventQuery,
-	gpurt.OpEventDestroy:       hipEventDestroy,
-	gpurt.OpEventElapsedTime:   hipEventElapsedTime,
-	gpurt.OpModuleLoadData:     hipModuleLoadData,
-	gpurt.OpModuleUnload:       hipModuleUnload,
-	gpurt.OpModuleGetFunction:  hipModuleGetFunction,
-	gpurt.OpFuncGetAttribute:   hipFuncGetAttribute,
-	gpurt.OpLaunchKernel:       hipModuleLaunchKernel,
-	gpurt.OpStreamBeginCapture: hipStreamBeginCapture,
-	gpurt.OpStreamEndCapture:   hipStreamEndCapture,
-	gpurt.OpStreamIsCapturing:  hipStreamIsCapturing,
-	gpurt.OpGraphInstantiate:   hipGraphInstantiateWithFlags,
-	gpurt.OpGraphLaunch:        hipGraphLaunch,
-	gpurt.OpGraphExecDestroy:   hipGraphExecDestroy,
-	gpurt.OpGraphDestroy:       hipGraphDestroy,
-	gpurt.OpIpcGetMemHandle:    hipIpcGetMemHandle,
-	gpurt.OpIpcOpenMemHandle:   hipIpcOpenMemHandle,
-	gpurt.OpIpcCloseMemHandle:  hipIpcCloseMemHandle,
-}
-
-// rt is this binding's side of internal/binding/gpurt's shared calls (the
-// handle types, memory, copies, launches, IPC): roles name the entry point
-// of each, call runs the package's prologue and maps the result to its *Error.
-type rt struct{}
-
-// Runtime is the type argument of this binding's handle types (Stream is
-// gpurt.Stream[Runtime]) and of gpurt's memory calls
-// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
-type Runtime = rt
-
-// Call runs op's entry point through the package's call prologue.
-func (rt) Call(op gpurt.Op, do func(fn uintptr) int32) error {
-	s := roles[op]
-	return call(s, func() Result { return Result(do(syms.Ptr(s))) })
-}
-
-// Invalid is the invalid-value error of a call refused before it is made,
-// named by op's documented entry point.
-func (rt) Invalid(op gpurt.Op, message string) error {
-	return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: message, Call: syms.API(roles[op])}
-}
-
-// ABI is the list's abi line.
-func (rt) ABI() gpurt.ABI { return abi }
 
 // abi is how this library's C signatures of gpurt's memory calls differ.
 var abi = gpurt.ABI{HostAllocFlags: true}

@@ -91,17 +91,18 @@ func callLib(prefix string, op Op, do func(uintptr) int32) error {
 	return nil
 }
 
-type intRT struct{}
+type (
+	intRT struct{}
+	ptrRT struct{}
+)
 
-func (intRT) Call(op Op, do func(uintptr) int32) error { return callLib("i_", op, do) }
-func (intRT) Invalid(op Op, m string) error            { return fakeRT{}.Invalid(op, m) }
-func (intRT) ABI() ABI                                 { return ABI{IntegerDevicePtr: true} }
+var (
+	intBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error { return callLib("i_", op, do) }, fakeInvalid, ABI{IntegerDevicePtr: true})
+	ptrBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error { return callLib("p_", op, do) }, fakeInvalid, ABI{HostAllocFlags: true})
+)
 
-type ptrRT struct{}
-
-func (ptrRT) Call(op Op, do func(uintptr) int32) error { return callLib("p_", op, do) }
-func (ptrRT) Invalid(op Op, m string) error            { return fakeRT{}.Invalid(op, m) }
-func (ptrRT) ABI() ABI                                 { return ABI{HostAllocFlags: true} }
+func (intRT) Binding() *Binding { return intBinding }
+func (ptrRT) Binding() *Binding { return ptrBinding }
 
 // packed is a packer holding (u64 0xdeadbeef00, i32 -7).
 type packed struct{}

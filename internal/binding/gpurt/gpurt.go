@@ -94,18 +94,64 @@ func OpNamed(name string) (Op, bool) {
 	return 0, false
 }
 
-// Runtime is a binding's side of the shared calls: Call loads the library
-// if needed, checks that op's symbol is exported, calls do with its address
-// and maps the result to the binding's *Error (nil on success). The error
-// is an internal/binding Error, so its code and message are reachable here
-// (binding.CodeOf, binding.Annotate). Invalid is the binding's
-// invalid-value error for a call refused before it is made (negative size,
-// empty grid), naming op's documented entry point. ABI says how the
-// binding's C signatures of the memory calls differ (mem.go).
+// Runtime is a binding's runtime type: a zero-size type per binding (so
+// that cuda.Stream and hip.Stream are distinct types) whose one method is
+// its Binding, built once by NewBinding from the binding's symbol table.
 type Runtime interface {
-	Call(op Op, do func(fn uintptr) int32) error
-	Invalid(op Op, message string) error
-	ABI() ABI
+	Binding() *Binding
+}
+
+// Binding is a binding's side of the shared calls: which entry point plays
+// each Op (the Role of its table's symbols, from symbols.txt's role=
+// entries), the binding's call prologue (load, optional-symbol check,
+// result → its *Error: an internal/binding Error, so binding.CodeOf and
+// binding.Annotate reach its code and message), its invalid-value error for
+// calls refused before they are made (negative size, empty grid), and its
+// ABI (mem.go).
+type Binding struct {
+	call    func(op Op, do func(fn uintptr) int32) error
+	invalid func(op Op, message string) error
+	abi     ABI
+}
+
+// NewBinding is the Binding of a table whose symbols name their roles.
+// call is the binding's prologue around one entry point's call; names and
+// invalidCode give the invalid-value error its code and name (Call is the
+// entry point's documented name). A role no symbol plays (internal/bindgen
+// refuses such a list) fails its calls with the invalid-value error.
+func NewBinding[S ~int, R ~int32, V binding.Vendor](t *binding.Table[S], call func(S, func() R) error,
+	names func(R) string, invalidCode R, abi ABI) *Binding {
+	var roles [NumOps]S
+	var have [NumOps]bool
+	for i, sym := range t.Symbols {
+		if op, ok := OpNamed(sym.Role); ok {
+			roles[op], have[op] = S(i), true
+		}
+	}
+	invalid := func(op Op, message string) error {
+		name := "role " + op.String()
+		if op >= 0 && op < NumOps && have[op] {
+			name = t.API(roles[op])
+		}
+		return &binding.Error[R, V]{Code: invalidCode, Name: names(invalidCode), Message: message, Call: name}
+	}
+	return &Binding{
+		call: func(op Op, do func(fn uintptr) int32) error {
+			if op < 0 || op >= NumOps || !have[op] {
+				return invalid(op, "no entry point plays this role")
+			}
+			s := roles[op]
+			return call(s, func() R { return R(do(t.Ptr(s))) })
+		},
+		invalid: invalid,
+		abi:     abi,
+	}
+}
+
+// NewTestBinding is a Binding from its three parts, for tests of code over
+// gpurt that stand in for a vendor binding.
+func NewTestBinding(call func(op Op, do func(fn uintptr) int32) error, invalid func(op Op, message string) error, abi ABI) *Binding {
+	return &Binding{call: call, invalid: invalid, abi: abi}
 }
 
 // notReady is CUDA_ERROR_NOT_READY and hipErrorNotReady: the same value.
@@ -143,7 +189,7 @@ type GraphExec[R Runtime] uintptr
 
 func call[R Runtime](op Op, do func(fn uintptr) int32) error {
 	var r R
-	return r.Call(op, do)
+	return r.Binding().call(op, do)
 }
 
 // query maps "not ready" to (false, nil).

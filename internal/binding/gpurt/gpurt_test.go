@@ -25,17 +25,17 @@ func (vendor) Unavailable() error { return errors.New("fake: unavailable") }
 
 type fakeErr = binding.Error[int32, vendor]
 
-func (fakeRT) Call(op Op, do func(uintptr) int32) error {
+func (fakeRT) Binding() *Binding { return fakeBinding }
+
+var fakeBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error {
 	calls = append(calls, op)
 	return fail[op]
-}
+}, fakeInvalid, ABI{})
 
-// Invalid names the op, as a binding names its documented entry point.
-func (fakeRT) Invalid(op Op, message string) error {
+// fakeInvalid names the op, as a binding names its documented entry point.
+func fakeInvalid(op Op, message string) error {
 	return &fakeErr{Code: 1, Name: "INVALID_VALUE", Message: message, Call: op.String()}
 }
-
-func (fakeRT) ABI() ABI { return ABI{} }
 
 func reset() { calls, fail = nil, map[Op]error{} }
 
@@ -240,5 +240,38 @@ func TestArgumentChecks(t *testing.T) {
 	}
 	if got := DevicePtr(0x1000).Add(0x20); got != 0x1020 {
 		t.Errorf("Add = %#x", got)
+	}
+}
+
+// NewBinding plays each role by the symbol of the table that names it, and
+// refuses a role no symbol plays.
+func TestNewBinding(t *testing.T) {
+	tab := binding.NewTable[int]([]binding.Symbol{{API: "xInit"}, {API: "xMalloc", Role: "MemAlloc"}, {API: "xFree", Role: "MemFree"}})
+	var got []int
+	b := NewBinding[int, int32, vendor](tab, func(s int, f func() int32) error {
+		got = append(got, s)
+		if r := f(); r != 0 {
+			return &fakeErr{Code: r}
+		}
+		return nil
+	}, func(int32) string { return "INVALID" }, 1, ABI{IntegerDevicePtr: true})
+	if err := b.call(OpMemFree, func(uintptr) int32 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.call(OpMemAlloc, func(uintptr) int32 { return 2 }); !errors.Is(err, &fakeErr{Code: 2}) {
+		t.Fatalf("result not mapped: %v", err)
+	}
+	if !reflect.DeepEqual(got, []int{2, 1}) {
+		t.Fatalf("symbols called %v, want [2 1]", got)
+	}
+	var e *fakeErr
+	if err := b.invalid(OpMemAlloc, "negative size -1"); !errors.As(err, &e) || e.Call != "xMalloc" || e.Code != 1 || e.Name != "INVALID" {
+		t.Fatalf("invalid-value error %#v", err)
+	}
+	if err := b.call(OpStreamCreate, func(uintptr) int32 { t.Error("called"); return 0 }); !errors.As(err, &e) || e.Call != "role StreamCreate" {
+		t.Fatalf("a role no symbol plays: %v", err)
+	}
+	if !b.abi.IntegerDevicePtr || len(got) != 2 {
+		t.Fatal("abi or extra calls")
 	}
 }

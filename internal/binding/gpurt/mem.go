@@ -69,12 +69,12 @@ type ArgsPtr[A any] interface {
 
 func abi[R Runtime]() ABI {
 	var r R
-	return r.ABI()
+	return r.Binding().abi
 }
 
 func invalid[R Runtime](op Op, format string, a ...any) error {
 	var r R
-	return r.Invalid(op, fmt.Sprintf(format, a...))
+	return r.Binding().invalid(op, fmt.Sprintf(format, a...))
 }
 
 func checkSize[R Runtime](op Op, n int) error {
