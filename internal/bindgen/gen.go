@@ -102,4 +102,3 @@ func writeCodes(b *bytes.Buffer, name, typ, doc string, codes []Code) {
 	}
 	b.WriteString("}\n")
 }
-

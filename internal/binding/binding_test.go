@@ -2,6 +2,7 @@ package binding
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -145,5 +146,29 @@ func TestTableOpenFails(t *testing.T) {
 	}
 	if tb.Path() != "" || tb.Have(0) {
 		t.Error("a failed Open left the table opened")
+	}
+}
+
+// Call: init's error first; a symbol the table lacks is the not-found code,
+// never a call; otherwise f's result through errorOf.
+func TestCallPrologue(t *testing.T) {
+	tab := NewTable[int]([]Symbol{{API: "xA", Optional: true}})
+	calls := 0
+	errorOf := func(s int, r int32) error {
+		if r == 0 {
+			return nil
+		}
+		return fmt.Errorf("sym %d: code %d", s, r)
+	}
+	f := func() int32 { calls++; return 0 }
+	boom := errors.New("no library")
+	if err := Call(tab, func() error { return boom }, errorOf, -1, 0, f); err != boom {
+		t.Errorf("init error: %v", err)
+	}
+	if err := Call(tab, func() error { return nil }, errorOf, -1, 0, f); err == nil || err.Error() != "sym 0: code -1" {
+		t.Errorf("missing symbol: %v", err)
+	}
+	if calls != 0 {
+		t.Errorf("f called %d times", calls)
 	}
 }

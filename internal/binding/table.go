@@ -140,3 +140,17 @@ func (t *Table[S]) Path() string {
 	}
 	return t.lib.Path()
 }
+
+// Call is the bindings' prologue around one call of entry point s: init
+// (load the library, and whatever else the binding needs first), then an
+// optional symbol the library does not export is notFound through errorOf
+// (never a call through a nil pointer), else f's result through errorOf.
+func Call[S ~int, R Code](t *Table[S], init func() error, errorOf func(S, R) error, notFound R, s S, f func() R) error {
+	if err := init(); err != nil {
+		return err
+	}
+	if !t.Have(s) {
+		return errorOf(s, notFound)
+	}
+	return errorOf(s, f())
+}

@@ -242,13 +242,7 @@ func errorOf(s sym, r Status) error {
 
 // call is the common prologue: load, check an optional symbol, map the status.
 func call(s sym, f func() Status) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	if !syms.Have(s) {
-		return errorOf(s, StatusSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Init, errorOf, StatusSymbolNotFound, s, f)
 }
 
 // Version is the loaded library's (major, minor, patch) from

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
@@ -51,13 +52,7 @@ func errorOf(s sym, r Result) error {
 
 // call is the common prologue: load, check an optional symbol, map the result.
 func call(s sym, f func() Result) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	if !syms.Have(s) {
-		return errorOf(s, ResultSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Init, errorOf, ResultSymbolNotFound, s, f)
 }
 
 // rt is this binding's runtime type for internal/binding/gpurt's shared

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
@@ -75,18 +76,13 @@ func errorOf(s sym, r Result) error {
 // call is the common prologue of device calls: init, check an optional
 // symbol, map the result.
 func call(s sym, f func() Result) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	return callLoaded(s, f)
+	return binding.Call(syms, Init, errorOf, ResultSymbolNotFound, s, f)
 }
 
-// callLoaded is call for entry points that work without a device.
+// callLoaded is call for entry points that work without a device (it loads
+// the runtime, no hipInit).
 func callLoaded(s sym, f func() Result) error {
-	if !syms.Have(s) {
-		return errorOf(s, ResultSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Load, errorOf, ResultSymbolNotFound, s, f)
 }
 
 // rt is this binding's runtime type for internal/binding/gpurt's shared

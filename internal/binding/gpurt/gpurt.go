@@ -21,7 +21,7 @@ import "github.com/detcoll/detcoll/internal/binding"
 // Op is an entry point by its role, the same on both vendors.
 type Op int
 
-// The roles. Each binding's roles table maps every one to its symbol.
+// The roles. Each binding's symbol table names the entry point of every one.
 const (
 	OpStreamCreate Op = iota
 	OpStreamDestroy
