@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -163,18 +164,18 @@ func TestCacheFiles(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	e := errorOf("hiprtcCompileProgram", ResultCompilation).(*Error)
+	e := errorOf("hiprtcCompileProgram", rtc.ResultCompilation).(*Error)
 	e.Log = "k.hip:3:1: error: expected ';'"
 	if !strings.Contains(e.Error(), "HIPRTC_ERROR_COMPILATION") || !strings.Contains(e.Error(), "expected ';'") {
 		t.Fatalf("message %q", e.Error())
 	}
-	if !errors.Is(e, &Error{Code: ResultCompilation}) || errors.Is(e, &Error{Code: ResultInvalidOpt}) {
+	if !errors.Is(e, &Error{Code: rtc.ResultCompilation}) || errors.Is(e, &Error{Code: rtc.ResultInvalidOpt}) {
 		t.Fatal("Is")
 	}
-	if ResultName(99) != "HIPRTC_ERROR_99" || ResultName(100) != "HIPRTC_ERROR_LINKING" || ResultName(ResultInvalidOpt) != "HIPRTC_ERROR_INVALID_OPTION" {
+	if ResultName(99) != "HIPRTC_ERROR_99" || ResultName(100) != "HIPRTC_ERROR_LINKING" || ResultName(rtc.ResultInvalidOpt) != "HIPRTC_ERROR_INVALID_OPTION" {
 		t.Fatal("names")
 	}
-	if !errors.Is(&Error{Code: ResultUnavailable}, ErrUnavailable) {
+	if !errors.Is(&Error{Code: rtc.ResultUnavailable}, ErrUnavailable) {
 		t.Fatal("unavailable")
 	}
 }
@@ -306,7 +307,7 @@ func TestBuildHere(t *testing.T) {
 	}
 	_, _, err = Compile("this is not C++", "bad.hip", []string{"--offload-arch=gfx90a"})
 	var he *Error
-	if !errors.As(err, &he) || he.Code != ResultCompilation || he.Log == "" {
+	if !errors.As(err, &he) || he.Code != rtc.ResultCompilation || he.Log == "" {
 		t.Fatalf("compile error without log: %v", err)
 	}
 	if _, err := Build(addSource, "add.hip", "sm_90"); err == nil {

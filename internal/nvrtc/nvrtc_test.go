@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -159,12 +160,12 @@ func TestWriteAtomicAndInvalidate(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	e := errorOf("nvrtcCompileProgram", ResultCompilation).(*Error)
+	e := errorOf("nvrtcCompileProgram", rtc.ResultCompilation).(*Error)
 	e.Log = "kernel.cu(3): error: expected a \";\""
 	if !strings.Contains(e.Error(), "NVRTC_ERROR_COMPILATION") || !strings.Contains(e.Error(), "expected a") {
 		t.Fatalf("message %q", e.Error())
 	}
-	if !errors.Is(e, &Error{Code: ResultCompilation}) {
+	if !errors.Is(e, &Error{Code: rtc.ResultCompilation}) {
 		t.Fatal("Is")
 	}
 	if ResultName(99) != "NVRTC_ERROR_99" {
@@ -179,7 +180,7 @@ func TestAvailableHere(t *testing.T) {
 		}
 		t.Skipf("no NVRTC: %v", err)
 	}
-	ma, mi, err := Version()
+	ma, mi, err := lib.Version()
 	if err != nil {
 		t.Fatal(err)
 	}
