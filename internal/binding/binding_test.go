@@ -172,3 +172,38 @@ func TestCallPrologue(t *testing.T) {
 		t.Errorf("f called %d times", calls)
 	}
 }
+
+// ErrorOf: success is nil; the not-found code names the entry point and
+// asks the library nothing; other codes take the table's name unless the
+// library's own answer replaces it.
+func TestErrorOf(t *testing.T) {
+	tab := NewTable[int]([]Symbol{{API: "xAlloc"}})
+	names := func(r code) string { return fmt.Sprintf("X_%d", r) }
+	asked := 0
+	describe := func(r code) (string, string) {
+		asked++
+		if r == 2 {
+			return "X_OUT_OF_MEMORY", "out of memory"
+		}
+		return "", ""
+	}
+	of := func(r code) *Error[code, testVendor] {
+		err := ErrorOf[int, code, testVendor](tab, 0, r, -1, "x library", names, describe)
+		if err == nil {
+			return nil
+		}
+		return err.(*Error[code, testVendor])
+	}
+	if of(0) != nil {
+		t.Fatal("success mapped to an error")
+	}
+	if e := of(-1); e.Name != "X_-1" || e.Message != "the loaded x library does not export xAlloc" || asked != 0 {
+		t.Errorf("not found: %+v (asked %d)", e, asked)
+	}
+	if e := of(2); e.Name != "X_OUT_OF_MEMORY" || e.Message != "out of memory" || e.Code != 2 {
+		t.Errorf("described: %+v", e)
+	}
+	if e := of(7); e.Name != "X_7" || e.Message != "" {
+		t.Errorf("undescribed: %+v", e)
+	}
+}

@@ -30,24 +30,18 @@ func SymbolName(api string) string {
 
 // errorOf turns a CUresult from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	if r == ResultSuccess {
-		return nil
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, ResultSymbolNotFound, "driver", ResultName, describe)
+}
+
+// describe is the driver's own name and description of r, when it has them
+// (detcoll's negative codes it has not).
+func describe(r Result) (name, message string) {
+	if r < 0 {
+		return "", ""
 	}
-	e := &Error{Code: r, Call: syms.Resolved(s)}
-	if r == ResultSymbolNotFound {
-		e.Message = "the loaded driver does not export " + syms.API(s)
-	}
-	if n, ok := rErrorName(r); ok && r >= 0 {
-		e.Name = n
-	} else {
-		e.Name = ResultName(r)
-	}
-	if e.Message == "" && r >= 0 {
-		if m, ok := rErrorString(r); ok {
-			e.Message = m
-		}
-	}
-	return e
+	name, _ = rErrorName(r)
+	message, _ = rErrorString(r)
+	return name, message
 }
 
 // call is the common prologue: load, check an optional symbol, map the result.

@@ -50,27 +50,25 @@ func SymbolName(api string) string {
 
 // errorOf turns a hipError_t from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	if r == ResultSuccess {
-		return nil
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, ResultSymbolNotFound, "HIP runtime", ResultName, describe)
+}
+
+// describe is the runtime's own name and description of r where they say
+// more than the table: hipGetErrorName answers hipErrorUnknown for codes it
+// does not know (the table keeps the code then), and its strings may only
+// repeat the name.
+func describe(r Result) (name, message string) {
+	if r < 0 {
+		return "", ""
 	}
-	e := &Error{Code: r, Call: syms.Resolved(s)}
-	if r == ResultSymbolNotFound {
-		e.Message = "the loaded HIP runtime does not export " + syms.API(s)
+	name = ResultName(r)
+	if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == ResultUnknown) {
+		name = n
 	}
-	e.Name = ResultName(r)
-	if r >= 0 {
-		// hipGetErrorName answers hipErrorUnknown for codes it does not
-		// know; the table keeps the code then.
-		if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == ResultUnknown) {
-			e.Name = n
-		}
-		if e.Message == "" {
-			if m, ok := rErrorString(r); ok && m != e.Name && m != "hipErrorUnknown" {
-				e.Message = m
-			}
-		}
+	if m, ok := rErrorString(r); ok && m != name && m != "hipErrorUnknown" {
+		message = m
 	}
-	return e
+	return name, message
 }
 
 // call is the common prologue of device calls: init, check an optional
