@@ -177,7 +177,7 @@ func TestCallPrologue(t *testing.T) {
 // asks the library nothing; other codes take the table's name unless the
 // library's own answer replaces it.
 func TestErrorOf(t *testing.T) {
-	tab := NewTable[int]([]Symbol{{API: "xAlloc"}})
+	tab := NewTable[int]([]Symbol{{API: "xAlloc", Candidates: []string{"xAlloc_v2"}}})
 	names := func(r code) string { return fmt.Sprintf("X_%d", r) }
 	asked := 0
 	describe := func(r code) (string, string) {
