@@ -235,34 +235,30 @@ func Build(source, name, target string, extra ...string) (*Program, error) {
 	}
 	key := CacheKey(source, opts, ver, filepath.Base(libFile), proc)
 
-	if q, ok := memCache.Get(key); ok {
-		q.From = "memory"
-		return q, nil
-	}
-
-	p := &Program{Processor: proc, Options: opts, Key: key, Version: ver}
-	path := cachePath(key)
-	if b := kcache.Read(path); b != nil {
-		if obj, err := checkImage(b, proc); err == nil {
-			p.Image, p.Object, p.From = b, obj, "disk"
-		}
-	}
-	if p.Image == nil {
-		img, log, err := Compile(source, name, opts)
-		if err != nil {
-			return nil, err
-		}
-		obj, err := checkImage(img, proc)
-		if err != nil {
-			return nil, fmt.Errorf("hiprtc: %s for %s: %w", name, proc, err)
-		}
-		p.Image, p.Object, p.Log, p.From = img, obj, log, "compiled"
-		if path != "" {
-			kcache.WriteAtomic(path, img) // best effort
-		}
-	}
-	memCache.Put(key, p)
-	return p, nil
+	base := Program{Processor: proc, Options: opts, Key: key, Version: ver}
+	return memCache.Fetch(key, cachePath(key), func(p *Program, from string) { p.From = from },
+		func(b []byte) *Program {
+			obj, err := checkImage(b, proc)
+			if err != nil {
+				return nil // recompile: the cached file is not a code object detcoll accepts
+			}
+			p := base
+			p.Image, p.Object = b, obj
+			return &p
+		},
+		func() (*Program, []byte, error) {
+			img, log, err := Compile(source, name, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			obj, err := checkImage(img, proc)
+			if err != nil {
+				return nil, nil, fmt.Errorf("hiprtc: %s for %s: %w", name, proc, err)
+			}
+			p := base
+			p.Image, p.Object, p.Log = img, obj, log
+			return &p, img, nil
+		})
 }
 
 func checkImage(img []byte, proc string) (*CodeObject, error) {
@@ -281,9 +277,6 @@ func checkImage(img []byte, proc string) (*CodeObject, error) {
 
 // Invalidate forgets a cached image (memory and disk), e.g. after the
 // runtime refused to load it.
-func Invalidate(key string) {
-	memCache.Delete(key)
-	kcache.Remove(key, ".hsaco")
-}
+func Invalidate(key string) { memCache.Invalidate(key, ".hsaco") }
 
 func cachePath(key string) string { return kcache.Path(key, ".hsaco") }

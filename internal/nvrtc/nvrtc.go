@@ -212,36 +212,25 @@ func Build(source, name string, cc int, extra ...string) (*Program, error) {
 	ver := VersionString()
 	key := CacheKey(source, opts, ver, arch, cubin)
 
-	if q, ok := memCache.Get(key); ok {
-		q.From = "memory"
-		return q, nil
-	}
-
-	p := &Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
-	path := cachePath(key, cubin)
-	if b := kcache.Read(path); b != nil {
-		p.Image, p.From = b, "disk"
-	}
-	if p.Image == nil {
-		img, log, err := Compile(source, name, opts, cubin)
-		if err != nil {
-			return nil, err
-		}
-		p.Image, p.Log, p.From = img, log, "compiled"
-		if path != "" {
-			kcache.WriteAtomic(path, img) // best effort
-		}
-	}
-	memCache.Put(key, p)
-	return p, nil
+	base := Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
+	return memCache.Fetch(key, cachePath(key, cubin), setFrom,
+		func(b []byte) *Program { p := base; p.Image = b; return &p },
+		func() (*Program, []byte, error) {
+			img, log, err := Compile(source, name, opts, cubin)
+			if err != nil {
+				return nil, nil, err
+			}
+			p := base
+			p.Image, p.Log = img, log
+			return &p, img, nil
+		})
 }
+
+func setFrom(p *Program, from string) { p.From = from }
 
 // Invalidate forgets a cached image (memory and disk), e.g. after the driver
 // refused to load it.
-func Invalidate(key string) {
-	memCache.Delete(key)
-	kcache.Remove(key, ".cubin", ".ptx")
-}
+func Invalidate(key string) { memCache.Invalidate(key, ".cubin", ".ptx") }
 
 func cachePath(key string, cubin bool) string {
 	if cubin {
