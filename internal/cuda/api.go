@@ -30,7 +30,7 @@ func SymbolName(api string) string {
 
 // errorOf turns a CUresult from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	return binding.ErrorOf[sym, Result, vendor](syms, s, r, ResultSymbolNotFound, "driver", ResultName, describe)
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, gpurt.ResultSymbolNotFound, "driver", ResultName, describe)
 }
 
 // describe is the driver's own name and description of r, when it has them
@@ -46,7 +46,7 @@ func describe(r Result) (name, message string) {
 
 // call is the common prologue: load, check an optional symbol, map the result.
 func call(s sym, f func() Result) error {
-	return binding.Call(syms, Init, errorOf, ResultSymbolNotFound, s, f)
+	return binding.Call(syms, Init, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
 
 // rt is this binding's runtime type for internal/binding/gpurt's shared
@@ -61,7 +61,7 @@ type Runtime = rt
 
 func (rt) Binding() *gpurt.Binding { return shared }
 
-var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, ResultInvalidValue, abi)
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, gpurt.ResultInvalidValue, abi)
 
 // DriverVersion is cuDriverGetVersion: the CUDA version the driver supports,
 // 1000*major + 10*minor (13000 for CUDA 13.0).
@@ -207,7 +207,7 @@ func CtxSynchronize() error {
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Context) error {
 	err := call(cuCtxEnablePeerAccess, func() Result { return rCtxEnablePeerAccess(peer) })
-	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
+	if e, ok := err.(*Error); ok && e.Code == gpurt.ResultPeerAlreadyEnabled {
 		return nil
 	}
 	return err

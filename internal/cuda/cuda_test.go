@@ -43,30 +43,30 @@ func TestSymbolTable(t *testing.T) {
 }
 
 func TestErrorMapping(t *testing.T) {
-	e := errorOf(cuMemAlloc, ResultOutOfMemory)
+	e := errorOf(cuMemAlloc, gpurt.ResultOutOfMemory)
 	var ce *Error
 	if !errors.As(e, &ce) {
 		t.Fatalf("errorOf returned %T", e)
 	}
-	if ce.Code != ResultOutOfMemory || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
+	if ce.Code != gpurt.ResultOutOfMemory || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
 		t.Fatalf("mapped %+v", ce)
 	}
 	if !strings.Contains(e.Error(), "cuMemAlloc") || !strings.Contains(e.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
 		t.Fatalf("message %q", e.Error())
 	}
-	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
+	if !errors.Is(e, &Error{Code: gpurt.ResultOutOfMemory}) || errors.Is(e, &Error{Code: gpurt.ResultInvalidValue}) {
 		t.Fatal("errors.Is by code")
 	}
-	if errorOf(cuMemAlloc, ResultSuccess) != nil {
+	if errorOf(cuMemAlloc, gpurt.ResultSuccess) != nil {
 		t.Fatal("success mapped to an error")
 	}
 	if got := ResultName(12345); got != "CUDA_ERROR_12345" {
 		t.Fatalf("unknown code name %q", got)
 	}
-	if got := ResultName(ResultIllegalAddress); got != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+	if got := ResultName(gpurt.ResultIllegalAddress); got != "CUDA_ERROR_ILLEGAL_ADDRESS" {
 		t.Fatalf("illegal address name %q", got)
 	}
-	u := &Error{Code: ResultUnavailable}
+	u := &Error{Code: gpurt.ResultUnavailable}
 	if !errors.Is(u, ErrUnavailable) {
 		t.Fatal("unavailable does not wrap ErrUnavailable")
 	}
@@ -84,7 +84,7 @@ func TestVendorErrors(t *testing.T) {
 	}
 	_, err := gpurt.MemAlloc[Runtime](-1)
 	var e *Error
-	if !errors.As(err, &e) || e.Code != ResultInvalidValue || e.Call != "cuMemAlloc" || e.Name != "CUDA_ERROR_INVALID_VALUE" {
+	if !errors.As(err, &e) || e.Code != gpurt.ResultInvalidValue || e.Call != "cuMemAlloc" || e.Name != "CUDA_ERROR_INVALID_VALUE" {
 		t.Fatalf("negative alloc: %#v", err)
 	}
 	if !abi.IntegerDevicePtr || abi.HostAllocFlags {

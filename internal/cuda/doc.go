@@ -12,7 +12,7 @@
 // select) and calls cuInit(0). The outcome, success or error, is remembered
 // for the life of the process. Symbols marked optional may be missing (older
 // drivers); calling their wrapper then returns an *Error with code
-// ResultSymbolNotFound.
+// gpurt.ResultSymbolNotFound.
 //
 // symbols.txt is the one list of the entry points and result names;
 // internal/bindgen writes symbols_gen.go from it (go generate). The stream,
@@ -50,7 +50,7 @@
 // name and description (from cuGetErrorName/String when available, else from
 // a built-in table) and the exact symbol that was called. errors.Is matches
 // *Error values by code (e.g. errors.Is(err, &cuda.Error{Code:
-// cuda.ResultOutOfMemory})). Errors from loading wrap ErrUnavailable.
+// gpurt.ResultOutOfMemory})). Errors from loading wrap ErrUnavailable.
 //
 // Handles (Context, Stream, Event, Module, Function, Graph, GraphExec) are
 // plain values; the zero Stream is the legacy default stream. Ownership is

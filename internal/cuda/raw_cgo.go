@@ -42,6 +42,7 @@ import "C"
 
 import (
 	"fmt"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"unsafe"
 
 	"github.com/detcoll/detcoll/internal/binding"
@@ -52,9 +53,9 @@ func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 // load opens the driver, resolves the table and calls cuInit(0).
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames...); err != nil {
-		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
+		return binding.LoadFailure[Result, vendor](err, ResultName(gpurt.ResultUnavailable))
 	}
-	if r := Result(C.w_i(fn(cuInit), 0)); r != ResultSuccess {
+	if r := Result(C.w_i(fn(cuInit), 0)); r != gpurt.ResultSuccess {
 		return fmt.Errorf("%w: %w", ErrUnavailable, errorOf(cuInit, r))
 	}
 	return nil

@@ -8,34 +8,14 @@ import (
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
-// Result is a CUresult.
-type Result int32
+// Result is a CUresult: gpurt's (the codes CUDA and HIP share are its
+// Result* constants).
+type Result = gpurt.Result
 
-// The CUresult codes detcoll tests for. ResultSymbolNotFound and
-// ResultUnavailable are detcoll's own (negative, never returned by CUDA).
+// The CUresult codes detcoll names that HIP does not have.
 const (
-	ResultSuccess            Result = 0
-	ResultInvalidValue       Result = 1
-	ResultOutOfMemory        Result = 2
-	ResultNotInitialized     Result = 3
-	ResultStubLibrary        Result = 34
-	ResultNoDevice           Result = 100
-	ResultInvalidDevice      Result = 101
-	ResultInvalidContext     Result = 201
-	ResultNoBinaryForGPU     Result = 209
-	ResultPeerAccessUnsupp   Result = 217
-	ResultInvalidHandle      Result = 400
-	ResultNotFound           Result = 500
-	ResultNotReady           Result = 600
-	ResultIllegalAddress     Result = 700
-	ResultPeerAlreadyEnabled Result = 704
-	ResultLaunchFailed       Result = 719
-	ResultNotSupported       Result = 801
-	ResultCaptureInvalidated Result = 901
-	ResultUnknown            Result = 999
-
-	ResultSymbolNotFound Result = -1
-	ResultUnavailable    Result = -2
+	ResultStubLibrary    Result = 34
+	ResultInvalidContext Result = 201
 )
 
 // ResultName is the CUDA_ERROR_* name of a code from the built-in table
@@ -47,7 +27,7 @@ func ResultName(r Result) string {
 // Error is a failed driver call: Code, Name (the library's name of the code),
 // Message (its description, when known) and Call (the exported symbol
 // called). Its message starts "cuda: "; errors.Is matches it by code, and a
-// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
 // internal/binding's error type, instantiated for this binding.
 type Error = binding.Error[Result, vendor]
 

@@ -26,7 +26,7 @@ func Init() error {
 		if initErr = Load(); initErr != nil {
 			return
 		}
-		if r := rInit(); r != ResultSuccess {
+		if r := rInit(); r != gpurt.ResultSuccess {
 			initErr = fmt.Errorf("%w: %w", ErrUnavailable, errorOf(hipInit, r))
 		}
 	})
@@ -50,7 +50,7 @@ func SymbolName(api string) string {
 
 // errorOf turns a hipError_t from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	return binding.ErrorOf[sym, Result, vendor](syms, s, r, ResultSymbolNotFound, "HIP runtime", ResultName, describe)
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, gpurt.ResultSymbolNotFound, "HIP runtime", ResultName, describe)
 }
 
 // describe is the runtime's own name and description of r where they say
@@ -62,7 +62,7 @@ func describe(r Result) (name, message string) {
 		return "", ""
 	}
 	name = ResultName(r)
-	if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == ResultUnknown) {
+	if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == gpurt.ResultUnknown) {
 		name = n
 	}
 	if m, ok := rErrorString(r); ok && m != name && m != "hipErrorUnknown" {
@@ -74,13 +74,13 @@ func describe(r Result) (name, message string) {
 // call is the common prologue of device calls: init, check an optional
 // symbol, map the result.
 func call(s sym, f func() Result) error {
-	return binding.Call(syms, Init, errorOf, ResultSymbolNotFound, s, f)
+	return binding.Call(syms, Init, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
 
 // callLoaded is call for entry points that work without a device (it loads
 // the runtime, no hipInit).
 func callLoaded(s sym, f func() Result) error {
-	return binding.Call(syms, Load, errorOf, ResultSymbolNotFound, s, f)
+	return binding.Call(syms, Load, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
 
 // rt is this binding's runtime type for internal/binding/gpurt's shared
@@ -95,7 +95,7 @@ type Runtime = rt
 
 func (rt) Binding() *gpurt.Binding { return shared }
 
-var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, ResultInvalidValue, abi)
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, gpurt.ResultInvalidValue, abi)
 
 // RuntimeVersion is hipRuntimeGetVersion (HIP_VERSION: major*10000000 +
 // minor*100000 + patch, e.g. 50221153 for 5.2.21153). It needs no GPU.
@@ -216,7 +216,7 @@ func (d Device) CanAccessPeer(peer Device) (bool, error) {
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Device) error {
 	err := call(hipDeviceEnablePeerAccess, func() Result { return rDeviceEnablePeerAccess(peer) })
-	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
+	if e, ok := err.(*Error); ok && e.Code == gpurt.ResultPeerAlreadyEnabled {
 		return nil
 	}
 	return err
@@ -273,7 +273,7 @@ func IPCAvailable() error {
 	}
 	for _, s := range []sym{hipIpcGetMemHandle, hipIpcOpenMemHandle, hipIpcCloseMemHandle, hipIpcGetEventHandle, hipIpcOpenEventHandle} {
 		if !syms.Have(s) {
-			return errorOf(s, ResultSymbolNotFound)
+			return errorOf(s, gpurt.ResultSymbolNotFound)
 		}
 	}
 	return nil

@@ -18,7 +18,7 @@
 // hipErrorInvalidDevice): the *Error then wraps ErrUnavailable. Both
 // outcomes are remembered for the life of the process. Symbols marked
 // optional may be missing; their wrappers then return an *Error with code
-// ResultSymbolNotFound.
+// gpurt.ResultSymbolNotFound.
 //
 // # Devices and OS threads
 //

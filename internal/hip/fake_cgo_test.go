@@ -165,7 +165,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 	if ok, err := Device(0).CanAccessPeer(1); !ok || err != nil {
 		t.Fatal("peer access")
 	}
-	if err := Device(9).Do(func() error { return nil }); !errors.Is(err, &Error{Code: ResultInvalidDevice}) {
+	if err := Device(9).Do(func() error { return nil }); !errors.Is(err, &Error{Code: gpurt.ResultInvalidDevice}) {
 		t.Fatalf("bad device: %v", err)
 	}
 	err = Device(1).Do(func() error {
@@ -175,7 +175,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err := EnablePeerAccess(1); err != nil { // already enabled is not an error
 			return err
 		}
-		if _, err := gpurt.MemAlloc[rt](1 << 41); !errors.Is(err, &Error{Code: ResultOutOfMemory}) ||
+		if _, err := gpurt.MemAlloc[rt](1 << 41); !errors.Is(err, &Error{Code: gpurt.ResultOutOfMemory}) ||
 			!strings.Contains(err.Error(), "fake: out of memory") {
 			t.Errorf("huge alloc: %v", err)
 		}
@@ -228,7 +228,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := m.Function("nope"); !errors.Is(err, &Error{Code: ResultNotFound}) || !strings.Contains(err.Error(), "kernel nope") {
+		if _, err := m.Function("nope"); !errors.Is(err, &Error{Code: gpurt.ResultNotFound}) || !strings.Contains(err.Error(), "kernel nope") {
 			t.Errorf("missing kernel: %v", err)
 		}
 		f, err := m.Function("k")
@@ -252,7 +252,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 			return err
 		}
 		var bad IpcMemHandle
-		if _, err := gpurt.IpcOpenMemHandle(bad); !errors.Is(err, &Error{Code: ResultInvalidHandle}) {
+		if _, err := gpurt.IpcOpenMemHandle(bad); !errors.Is(err, &Error{Code: gpurt.ResultInvalidHandle}) {
 			t.Errorf("bad handle: %v", err)
 		}
 		eh, err := IpcGetEventHandle(e)
@@ -277,7 +277,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Optional entry points the stand-in lacks report themselves.
-	if _, err := (Stream(0)).EndCapture(); !errors.Is(err, &Error{Code: ResultSymbolNotFound}) {
+	if _, err := (Stream(0)).EndCapture(); !errors.Is(err, &Error{Code: gpurt.ResultSymbolNotFound}) {
 		t.Fatalf("missing optional symbol: %v", err)
 	}
 }

@@ -67,36 +67,36 @@ func TestLibraryNames(t *testing.T) {
 }
 
 func TestErrorMapping(t *testing.T) {
-	for code, name := range map[Result]string{ResultOutOfMemory: "hipErrorOutOfMemory", ResultNoDevice: "hipErrorNoDevice",
-		ResultInvalidDevice: "hipErrorInvalidDevice", ResultIllegalAddress: "hipErrorIllegalAddress",
-		ResultPeerAlreadyEnabled: "hipErrorPeerAccessAlreadyEnabled", ResultLaunchFailure: "hipErrorLaunchFailure",
-		ResultNotReady: "hipErrorNotReady", ResultNoBinaryForGPU: "hipErrorNoBinaryForGpu", ResultInvalidImage: "hipErrorInvalidImage"} {
+	for code, name := range map[Result]string{gpurt.ResultOutOfMemory: "hipErrorOutOfMemory", gpurt.ResultNoDevice: "hipErrorNoDevice",
+		gpurt.ResultInvalidDevice: "hipErrorInvalidDevice", gpurt.ResultIllegalAddress: "hipErrorIllegalAddress",
+		gpurt.ResultPeerAlreadyEnabled: "hipErrorPeerAccessAlreadyEnabled", gpurt.ResultLaunchFailed: "hipErrorLaunchFailure",
+		gpurt.ResultNotReady: "hipErrorNotReady", gpurt.ResultNoBinaryForGPU: "hipErrorNoBinaryForGpu", ResultInvalidImage: "hipErrorInvalidImage"} {
 		if ResultName(code) != name {
 			t.Errorf("ResultName(%d) = %s, want %s", code, ResultName(code), name)
 		}
 	}
-	e := errorOf(hipMalloc, ResultOutOfMemory)
+	e := errorOf(hipMalloc, gpurt.ResultOutOfMemory)
 	var he *Error
-	if !errors.As(e, &he) || he.Code != ResultOutOfMemory || he.Name != "hipErrorOutOfMemory" || he.Call != "hipMalloc" {
+	if !errors.As(e, &he) || he.Code != gpurt.ResultOutOfMemory || he.Name != "hipErrorOutOfMemory" || he.Call != "hipMalloc" {
 		t.Fatalf("mapped %#v", e)
 	}
 	if !strings.HasPrefix(e.Error(), "hip: hipMalloc: hipErrorOutOfMemory") {
 		t.Fatalf("message %q", e.Error())
 	}
-	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
+	if !errors.Is(e, &Error{Code: gpurt.ResultOutOfMemory}) || errors.Is(e, &Error{Code: gpurt.ResultInvalidValue}) {
 		t.Fatal("errors.Is by code")
 	}
-	if errorOf(hipMalloc, ResultSuccess) != nil {
+	if errorOf(hipMalloc, gpurt.ResultSuccess) != nil {
 		t.Fatal("success mapped to an error")
 	}
 	// A code neither HIP nor the table knows keeps its number.
 	if e := errorOf(hipFree, 12345).(*Error); e.Name != "hipError(12345)" {
 		t.Fatalf("unknown code named %q", e.Name)
 	}
-	if e := errorOf(hipIpcOpenMemHandle, ResultSymbolNotFound).(*Error); !strings.Contains(e.Message, "hipIpcOpenMemHandle") {
+	if e := errorOf(hipIpcOpenMemHandle, gpurt.ResultSymbolNotFound).(*Error); !strings.Contains(e.Message, "hipIpcOpenMemHandle") {
 		t.Fatalf("missing symbol message %q", e.Message)
 	}
-	if !errors.Is(&Error{Code: ResultUnavailable}, ErrUnavailable) || errors.Is(&Error{Code: ResultNoDevice}, ErrUnavailable) {
+	if !errors.Is(&Error{Code: gpurt.ResultUnavailable}, ErrUnavailable) || errors.Is(&Error{Code: gpurt.ResultNoDevice}, ErrUnavailable) {
 		t.Fatal("ErrUnavailable wrapping")
 	}
 }
@@ -116,7 +116,7 @@ func TestVendorErrors(t *testing.T) {
 		t.Fatalf("bad alignment: %v", err)
 	}
 	err := gpurt.LaunchKernel(Function(0), Dim3{X: 0, Y: 1, Z: 1}, Dim3{X: 64, Y: 1, Z: 1}, 0, 0, &Args{})
-	if he, ok := err.(*Error); !ok || he.Code != ResultInvalidValue || he.Call != "hipModuleLaunchKernel" || !strings.Contains(he.Message, "empty launch grid") {
+	if he, ok := err.(*Error); !ok || he.Code != gpurt.ResultInvalidValue || he.Call != "hipModuleLaunchKernel" || !strings.Contains(he.Message, "empty launch grid") {
 		t.Fatalf("empty grid: %v", err)
 	}
 	if abi.IntegerDevicePtr || !abi.HostAllocFlags {
@@ -198,7 +198,7 @@ func TestAvailableHere(t *testing.T) {
 		t.Fatalf("bound %s, which has no layout", SymbolName("hipGetDeviceProperties"))
 	}
 	// Names and strings from the real runtime.
-	e := errorOf(hipMalloc, ResultOutOfMemory).(*Error)
+	e := errorOf(hipMalloc, gpurt.ResultOutOfMemory).(*Error)
 	if e.Name != "hipErrorOutOfMemory" {
 		t.Fatalf("runtime names code 2 %q", e.Name)
 	}

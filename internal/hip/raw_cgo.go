@@ -43,6 +43,7 @@ static int w_ipcopenev(uintptr_t fn, uintptr_t* e, const unsigned char* in) {
 import "C"
 
 import (
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"unsafe"
 
 	"github.com/detcoll/detcoll/internal/binding"
@@ -53,7 +54,7 @@ func fn(s sym) C.uintptr_t { return C.uintptr_t(syms.Ptr(s)) }
 // load opens the runtime and resolves the table (no hipInit: see Init).
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
-		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
+		return binding.LoadFailure[Result, vendor](err, ResultName(gpurt.ResultUnavailable))
 	}
 	return nil
 }

@@ -2,18 +2,20 @@
 
 package hip
 
+import "github.com/detcoll/detcoll/internal/binding/gpurt"
+
 // Built without cgo: load always fails, so no r* function below is ever
-// reached through the exported API (each returns ResultUnavailable anyway).
+// reached through the exported API (each returns gpurt.ResultUnavailable anyway).
 
 func load() error {
-	return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
+	return &Error{Code: gpurt.ResultUnavailable, Name: ResultName(gpurt.ResultUnavailable),
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
 func rErrorName(Result) (string, bool)   { return "", false }
 func rErrorString(Result) (string, bool) { return "", false }
 
-const u = ResultUnavailable
+const u = gpurt.ResultUnavailable
 
 func rInit() Result                                              { return u }
 func rInt(sym, int32) Result                                     { return u }

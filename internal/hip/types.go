@@ -9,34 +9,13 @@ import (
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
-// Result is a hipError_t.
-type Result int32
+// Result is a hipError_t: gpurt's (HIP mirrors the CUDA driver's codes;
+// the shared ones are its Result* constants).
+type Result = gpurt.Result
 
-// The hipError_t codes detcoll tests for. ResultSymbolNotFound and
-// ResultUnavailable are detcoll's own (negative, never returned by HIP).
-const (
-	ResultSuccess            Result = 0
-	ResultInvalidValue       Result = 1
-	ResultOutOfMemory        Result = 2
-	ResultNotInitialized     Result = 3
-	ResultNoDevice           Result = 100
-	ResultInvalidDevice      Result = 101
-	ResultInvalidImage       Result = 200
-	ResultNoBinaryForGPU     Result = 209
-	ResultPeerAccessUnsupp   Result = 217
-	ResultInvalidHandle      Result = 400
-	ResultNotFound           Result = 500
-	ResultNotReady           Result = 600
-	ResultIllegalAddress     Result = 700
-	ResultPeerAlreadyEnabled Result = 704
-	ResultLaunchFailure      Result = 719
-	ResultNotSupported       Result = 801
-	ResultCaptureInvalidated Result = 901
-	ResultUnknown            Result = 999
-
-	ResultSymbolNotFound Result = -1
-	ResultUnavailable    Result = -2
-)
+// ResultInvalidImage is a hipError_t detcoll names that the driver API
+// names otherwise.
+const ResultInvalidImage Result = 200
 
 // resultNames is hipError_t of ROCm 6 (a superset of ROCm 5's: the codes
 // kept their values). Aliases (hipErrorMemoryAllocation = 2, …) are
@@ -52,7 +31,7 @@ func ResultName(r Result) string {
 // Error is a failed runtime call: Code, Name (the library's name of the code),
 // Message (its description, when known) and Call (the exported symbol
 // called). Its message starts "hip: "; errors.Is matches it by code, and a
-// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
 // internal/binding's error type, instantiated for this binding.
 type Error = binding.Error[Result, vendor]
 

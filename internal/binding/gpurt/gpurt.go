@@ -154,9 +154,6 @@ func NewTestBinding(call func(op Op, do func(fn uintptr) int32) error, invalid f
 	return &Binding{call: call, invalid: invalid, abi: abi}
 }
 
-// notReady is CUDA_ERROR_NOT_READY and hipErrorNotReady: the same value.
-const notReady = 600
-
 // CaptureMode is a stream capture mode (CUstreamCaptureMode,
 // hipStreamCaptureMode: the same values).
 type CaptureMode int32
@@ -195,7 +192,7 @@ func call[R Runtime](op Op, do func(fn uintptr) int32) error {
 // query maps "not ready" to (false, nil).
 func query[R Runtime](op Op, h uintptr) (bool, error) {
 	err := call[R](op, func(fn uintptr) int32 { return cH(fn, h) })
-	if c, ok := binding.CodeOf(err); ok && c == notReady {
+	if c, ok := binding.CodeOf(err); ok && c == int32(ResultNotReady) {
 		return false, nil
 	}
 	return err == nil, err

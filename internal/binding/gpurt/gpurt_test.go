@@ -88,7 +88,7 @@ func TestZeroHandlesAreNoOps(t *testing.T) {
 
 func TestQueryAndAnnotate(t *testing.T) {
 	reset()
-	fail[OpStreamQuery] = &fakeErr{Code: notReady}
+	fail[OpStreamQuery] = &fakeErr{Code: int32(ResultNotReady)}
 	if done, err := Stream[fakeRT](1).Query(); done || err != nil {
 		t.Errorf("not ready stream: Query = %v, %v", done, err)
 	}
