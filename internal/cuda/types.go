@@ -57,19 +57,8 @@ type Module = gpurt.Module[rt]
 // Function is a CUfunction.
 type Function = gpurt.Function[rt]
 
-// Graph is a CUgraph.
-type Graph = gpurt.Graph[rt]
-
 // GraphExec is a CUgraphExec.
 type GraphExec = gpurt.GraphExec[rt]
-
-// IpcMemHandle is a CUipcMemHandle (CU_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle = gpurt.IpcMemHandle[rt]
-
-// HostMem is page-locked host memory from gpurt.MemAllocHost[Runtime]: C
-// memory that Go reads and writes through Bytes and the driver may use
-// asynchronously.
-type HostMem = gpurt.HostMem[rt]
 
 // Dim3 is a grid or block shape.
 type Dim3 = gpurt.Dim3

@@ -251,7 +251,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err := gpurt.IpcCloseMemHandle[rt](q); err != nil {
 			return err
 		}
-		var bad IpcMemHandle
+		var bad gpurt.IpcMemHandle[rt]
 		if _, err := gpurt.IpcOpenMemHandle(bad); !errors.Is(err, &Error{Code: gpurt.ResultInvalidHandle}) {
 			t.Errorf("bad handle: %v", err)
 		}

@@ -59,22 +59,11 @@ type Module = gpurt.Module[rt]
 // Function is a hipFunction_t.
 type Function = gpurt.Function[rt]
 
-// Graph is a hipGraph_t.
-type Graph = gpurt.Graph[rt]
-
 // GraphExec is a hipGraphExec_t.
 type GraphExec = gpurt.GraphExec[rt]
 
-// IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle = gpurt.IpcMemHandle[rt]
-
 // IpcEventHandle is a hipIpcEventHandle_t (64 bytes).
 type IpcEventHandle [64]byte
-
-// HostMem is pinned host memory from gpurt.MemAllocHost[Runtime]
-// (hipHostMalloc with default flags): C memory that Go reads and writes
-// through Bytes and the runtime may use asynchronously.
-type HostMem = gpurt.HostMem[rt]
 
 // Dim3 is a grid or block shape.
 type Dim3 = gpurt.Dim3
