@@ -64,6 +64,10 @@ func TestLibraryNames(t *testing.T) {
 	if LibraryEnv != "DETCOLL_HIP_LIB" {
 		t.Error(LibraryEnv)
 	}
+	t.Setenv("ROCM_HOME", "/opt/rocm-7.0") // roots: $ROCM_PATH, $ROCM_HOME, /opt/rocm, once each
+	if u := UnderRoots("a.so", "b.so"); strings.Join(u, " ") != "/opt/rocm/lib/a.so /opt/rocm/lib/b.so /opt/rocm-7.0/lib/a.so /opt/rocm-7.0/lib/b.so" {
+		t.Errorf("UnderRoots = %v", u)
+	}
 }
 
 func TestErrorMapping(t *testing.T) {

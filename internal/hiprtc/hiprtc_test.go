@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/detcoll/detcoll/internal/binding/rtc"
+	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
@@ -25,23 +26,18 @@ func TestSymbolNames(t *testing.T) {
 	}
 }
 
+// hiprtc's candidates: its own sonames, then ROCm 5's runtime (which
+// carries hiprtc), on the loader path and then under the ROCm roots
+// (hip.UnderRoots, tested there); never ROCm 6/7's runtime.
 func TestLibraryNames(t *testing.T) {
 	t.Setenv("ROCM_PATH", "/opt/rocm-6.4.1")
-	t.Setenv("ROCM_HOME", "")
-	n := LibraryNames()
 	want := []string{"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so", "libamdhip64.so.5"}
-	for i, w := range want {
-		if n[i] != w {
-			t.Fatalf("names %v", n)
-		}
+	want = append(want, hip.UnderRoots(want...)...)
+	n := LibraryNames()
+	if strings.Join(n, " ") != strings.Join(want, " ") {
+		t.Fatalf("names %v, want %v", n, want)
 	}
-	j := strings.Join(n, " ")
-	for _, p := range []string{"/opt/rocm-6.4.1/lib/libhiprtc.so.6", "/opt/rocm/lib/libamdhip64.so.5"} {
-		if !strings.Contains(j, p) {
-			t.Errorf("%s not among %v", p, n)
-		}
-	}
-	if strings.Contains(j, "libamdhip64.so.6") || strings.Contains(j, "libamdhip64.so.7") {
+	if j := strings.Join(n, " "); strings.Contains(j, "libamdhip64.so.6") || strings.Contains(j, "libamdhip64.so.7") {
 		t.Errorf("ROCm 6/7 runtimes do not carry hiprtc: %v", n)
 	}
 	c := ComgrNames()

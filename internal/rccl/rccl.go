@@ -10,7 +10,6 @@
 package rccl
 
 import (
-	"path/filepath"
 	"sync"
 
 	"github.com/detcoll/detcoll/internal/ccl"
@@ -23,11 +22,7 @@ const LibraryEnv = "DETCOLL_RCCL_LIB"
 // LibraryNames are the candidates: the soname on the loader path, then
 // under $ROCM_PATH/lib, $ROCM_HOME/lib and /opt/rocm/lib.
 func LibraryNames() []string {
-	names := []string{"librccl.so.1", "librccl.so"}
-	for _, r := range hip.RocmRoots() {
-		names = append(names, filepath.Join(r, "lib", "librccl.so.1"))
-	}
-	return names
+	return append([]string{"librccl.so.1", "librccl.so"}, hip.UnderRoots("librccl.so.1")...)
 }
 
 // ErrUnavailable is wrapped by errors meaning "library not usable here".
