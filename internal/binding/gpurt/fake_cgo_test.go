@@ -97,8 +97,8 @@ type (
 )
 
 var (
-	intBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error { return callLib("i_", op, do) }, fakeInvalid, ABI{IntegerDevicePtr: true})
-	ptrBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error { return callLib("p_", op, do) }, fakeInvalid, ABI{HostAllocFlags: true})
+	intBinding = testBinding(func(op Op, do func(uintptr) int32) error { return callLib("i_", op, do) }, fakeInvalid, ABI{IntegerDevicePtr: true})
+	ptrBinding = testBinding(func(op Op, do func(uintptr) int32) error { return callLib("p_", op, do) }, fakeInvalid, ABI{HostAllocFlags: true})
 )
 
 func (intRT) Binding() *Binding { return intBinding }

@@ -148,12 +148,6 @@ func NewBinding[S ~int, R ~int32, V binding.Vendor](t *binding.Table[S], call fu
 	}
 }
 
-// NewTestBinding is a Binding from its three parts, for tests of code over
-// gpurt that stand in for a vendor binding.
-func NewTestBinding(call func(op Op, do func(fn uintptr) int32) error, invalid func(op Op, message string) error, abi ABI) *Binding {
-	return &Binding{call: call, invalid: invalid, abi: abi}
-}
-
 // CaptureMode is a stream capture mode (CUstreamCaptureMode,
 // hipStreamCaptureMode: the same values).
 type CaptureMode int32

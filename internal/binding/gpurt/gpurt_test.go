@@ -27,10 +27,15 @@ type fakeErr = binding.Error[int32, vendor]
 
 func (fakeRT) Binding() *Binding { return fakeBinding }
 
-var fakeBinding = NewTestBinding(func(op Op, do func(uintptr) int32) error {
+var fakeBinding = testBinding(func(op Op, do func(uintptr) int32) error {
 	calls = append(calls, op)
 	return fail[op]
 }, fakeInvalid, ABI{})
+
+// testBinding is a Binding from its parts, standing in for a vendor's.
+func testBinding(call func(op Op, do func(fn uintptr) int32) error, invalid func(op Op, message string) error, abi ABI) *Binding {
+	return &Binding{call: call, invalid: invalid, abi: abi}
+}
 
 // fakeInvalid names the op, as a binding names its documented entry point.
 func fakeInvalid(op Op, message string) error {

@@ -54,9 +54,9 @@ func (h HostMem[R]) Bytes() []byte {
 	return unsafe.Slice((*byte)(h.p), h.n)
 }
 
-// Layout is a kernel-parameter packer (internal/kparams' Args): its error,
+// Packer is a kernel-parameter packer (internal/kparams' Args): its error,
 // the laid-out bytes and the offset of each parameter.
-type Layout interface {
+type Packer interface {
 	Err() error
 	Layout() ([]byte, []int32)
 }
@@ -64,7 +64,7 @@ type Layout interface {
 // ArgsPtr is a pointer to a packer whose zero value is ready (kparams.Args).
 type ArgsPtr[A any] interface {
 	*A
-	Layout
+	Packer
 }
 
 func abi[R Runtime]() ABI {
