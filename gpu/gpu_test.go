@@ -10,6 +10,7 @@ import (
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu/devrt/cudart"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/reduce"
 )
@@ -312,12 +313,12 @@ func TestGPUGraphReplay(t *testing.T) {
 	timeIt := func(name string, iters int, fn func() error) {
 		var ms float32
 		must(t, d.Do(func() error {
-			e0, err := cuda.EventCreate(cuda.EventDefault)
+			e0, err := cuda.EventCreate(gpurt.EventDefault)
 			if err != nil {
 				return err
 			}
 			defer e0.Destroy()
-			e1, err := cuda.EventCreate(cuda.EventDefault)
+			e1, err := cuda.EventCreate(gpurt.EventDefault)
 			if err != nil {
 				return err
 			}

@@ -28,14 +28,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/ccl"
 )
 
-// Ptr is a device address.
-type Ptr uint64
-
-// Add offsets p by n bytes.
-func (p Ptr) Add(n int) Ptr { return p + Ptr(n) }
+// Ptr is a device address: internal/binding/gpurt's DevicePtr (with its Add
+// method), the type the bindings' memory calls take.
+type Ptr = gpurt.DevicePtr
 
 // Opaque vendor handles (CUstream / hipStream_t and so on).
 type (

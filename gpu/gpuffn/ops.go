@@ -11,6 +11,8 @@ import (
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/gpu"
 	"github.com/detcoll/detcoll/gpu/devcomm"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
+	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/cublas"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -211,14 +213,14 @@ func (o *gpuOps) reduce2(out, a, b cuda.DevicePtr, count int) error {
 }
 
 func (o *gpuOps) zero(p cuda.DevicePtr, n int) error {
-	return o.dev.Do(func() error { return cuda.MemsetD8Async(p, 0, n, o.stream) })
+	return o.dev.Do(func() error { return gpurt.MemsetD8Async(p, 0, n, o.stream) })
 }
 
 func (o *gpuOps) launch(f cuda.Function, total int) error {
 	grid := (total + blockThreads - 1) / blockThreads
 	grid = max(1, min(grid, o.maxBlocks))
 	return o.dev.Do(func() error {
-		return cuda.LaunchKernel(f, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: blockThreads, Y: 1, Z: 1}, 0, o.stream, &o.args)
+		return gpurt.LaunchKernel(f, cuda.Dim3{X: uint32(grid), Y: 1, Z: 1}, cuda.Dim3{X: blockThreads, Y: 1, Z: 1}, 0, o.stream, &o.args)
 	})
 }
 
@@ -250,7 +252,7 @@ func (o *gpuOps) allReduce(ctx context.Context, p cuda.DevicePtr, count int) err
 			if nc == nil {
 				return fmt.Errorf("gpuffn: no NCCL communicator: %w", o.comm.Err())
 			}
-			return nc.AllReduce(p, p, count, nccl.BFloat16, nccl.Sum, o.stream)
+			return nc.AllReduce(p, p, count, ccl.BFloat16, ccl.Sum, o.stream)
 		})
 	}
 	buf := devcomm.Buffer{Ptr: p, Bytes: count * 2}
@@ -266,7 +268,7 @@ func (o *gpuOps) event() (cuda.Event, error) {
 		return o.events[o.used-1], nil
 	}
 	var e cuda.Event
-	err := o.dev.Do(func() (err error) { e, err = cuda.EventCreate(cuda.EventDefault); return err })
+	err := o.dev.Do(func() (err error) { e, err = cuda.EventCreate(gpurt.EventDefault); return err })
 	if err != nil {
 		return 0, err
 	}

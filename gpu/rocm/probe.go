@@ -96,16 +96,11 @@ func Probe() Info {
 			info.Errors = append(info.Errors, "comgr (target list): "+err.Error())
 		}
 	}
-	if l, err := rccl.Default(); err != nil {
-		info.RCCLError = "no RCCL: " + err.Error()
-	} else {
-		info.RCCLLibrary = l.Path()
-		if v, err := l.Version(); err == nil {
-			info.RCCLVersion = v.String()
-		} else {
-			info.RCCLError = err.Error()
-		}
-	}
+	l, err := rccl.Default()
+	info.RCCLVersion, info.RCCLLibrary, info.RCCLError = probefmt.Library("RCCL", err, l.Path, func() (string, error) {
+		v, err := l.Version()
+		return v.String(), err
+	})
 	if hip.Available() == nil {
 		probeGPUs(&info)
 	}
@@ -124,20 +119,15 @@ func probeGPUs(info *Info) {
 	for i := 0; i < n; i++ {
 		d := hip.Device(i)
 		g := GPU{Ordinal: i}
-		var errs []string
-		note := func(err error) {
-			if err != nil {
-				errs = append(errs, err.Error())
-			}
-		}
+		var errs probefmt.Errs
 		g.Name, err = d.Name()
-		note(err)
+		errs.Note(err)
 		g.WarpSize, err = d.WarpSize()
-		note(err)
+		errs.Note(err)
 		g.TotalMemory, err = d.TotalMem()
-		note(err)
+		errs.Note(err)
 		g.ComputeUnits, err = d.Attribute(hip.AttrMultiprocessorCount)
-		note(err)
+		errs.Note(err)
 		if id, err := d.PCIBusID(); err == nil {
 			g.PCIBusID = id
 		}
@@ -145,7 +135,7 @@ func probeGPUs(info *Info) {
 			g.PropertiesVia = p.Layout
 		}
 		target, env, err := Target(d)
-		note(err)
+		errs.Note(err)
 		g.GCNArchName, g.ArchFromEnviron = target, env
 		if target != "" {
 			if proc, _, err := hiprtc.ParseTargetID(target); err == nil {
@@ -153,7 +143,7 @@ func probeGPUs(info *Info) {
 				g.Compilable = hiprtc.Available() == nil && hiprtc.CheckTarget(proc) == nil
 			}
 		}
-		g.Error = strings.Join(errs, "; ")
+		g.Error = errs.String()
 		info.GPUs = append(info.GPUs, g)
 	}
 	if n > 1 {
@@ -166,12 +156,7 @@ func probeGPUs(info *Info) {
 // String is a human-readable report (the ROCm section of `detcoll env`).
 func (i Info) String() string {
 	var b strings.Builder
-	line := func(k, v, lib, e string) {
-		if v != "" && lib != "" {
-			v += " (" + lib + ")"
-		}
-		probefmt.Line(&b, k, v, e)
-	}
+	line := func(k, v, lib, e string) { probefmt.VersionLine(&b, k, v, lib, e) }
 	hipErr := i.HIPError
 	if i.HIPVersion != "" {
 		line("HIP runtime", i.HIPVersion, i.HIPLibrary, "")

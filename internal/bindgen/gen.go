@@ -60,6 +60,9 @@ func Generate(s *Spec) ([]byte, error) {
 		if f.Optional {
 			p(", Optional: true")
 		}
+		if f.Role != "" {
+			p(", Role: %q", f.Role)
+		}
 		p("},\n")
 	}
 	p("})\n")
@@ -67,12 +70,13 @@ func Generate(s *Spec) ([]byte, error) {
 		p("}\n")
 	}
 	if hasRoles {
-		p("\n// roles maps each internal/binding/gpurt role to the entry point that plays it.\n")
-		p("var roles = [gpurt.NumOps]sym{\n")
-		for _, f := range s.Funcs {
-			if f.Role != "" {
-				p("gpurt.Op%s: %s,\n", f.Role, f.API)
+		p("\n// abi is how this library's C signatures of gpurt's memory calls differ.\n")
+		p("var abi = gpurt.ABI{")
+		for i, f := range s.ABI {
+			if i > 0 {
+				p(", ")
 			}
+			p("%s: true", f)
 		}
 		p("}\n")
 	}

@@ -21,8 +21,12 @@ type Spec struct {
 	NamesVar string // the generated map's name (default resultNames)
 	Fallback string // name format for unlisted codes, one %d
 	Codes    []Code
-	Messages []Code // built-in descriptions (cuBLAS: the library has no string for old versions)
+	Messages []Code   // built-in descriptions (cuBLAS: the library has no string for old versions)
+	ABI      []string // gpurt.ABI fields set by abi lines (IntegerDevicePtr, HostAllocFlags)
 }
+
+// abiFields are the abi directive's words and the gpurt.ABI field each sets.
+var abiFields = map[string]string{"integer-device-ptr": "IntegerDevicePtr", "host-alloc-flags": "HostAllocFlags"}
 
 // Func is one entry point: its documented name (also the Go constant that
 // indexes it), the exported candidates best first, and whether the binding
@@ -49,6 +53,8 @@ type Code struct {
 //	library WORDS…               what the table is (for the comment)
 //	fn API [optional] [role=R] [CAND…]  an entry point; no CAND means API itself;
 //	                             role=R: it is gpurt.OpR for the shared handle types
+//	abi WORD…                    how the memory calls' C signatures differ from the shared
+//	                             default (gpurt.ABI): integer-device-ptr, host-alloc-flags
 //	table per-load               generate newSyms(), a fresh table per load, not var syms
 //	result TYPE VAR FALLBACK     the result type, the map's name, the format of unlisted codes
 //	code N NAME                  a result code's name
@@ -116,6 +122,17 @@ func Parse(file string, src []byte) (*Spec, error) {
 			}
 			seen[fn.API] = n
 			s.Funcs = append(s.Funcs, fn)
+		case "abi":
+			if len(args) == 0 {
+				return nil, bad("abi wants integer-device-ptr or host-alloc-flags")
+			}
+			for _, w := range args {
+				field, ok := abiFields[w]
+				if !ok {
+					return nil, bad("unknown abi word %q", w)
+				}
+				s.ABI = append(s.ABI, field)
+			}
 		case "table":
 			if len(args) != 1 || args[0] != "per-load" {
 				return nil, bad("table wants per-load")
@@ -165,6 +182,8 @@ func Parse(file string, src []byte) (*Spec, error) {
 		}
 	}
 	switch {
+	case len(s.ABI) > 0 && len(roles) == 0:
+		return nil, fmt.Errorf("%s: abi lines without roles (the ABI is of gpurt's shared calls)", file)
 	case s.Package == "":
 		return nil, fmt.Errorf("%s: no package line", file)
 	case len(s.Funcs) == 0:

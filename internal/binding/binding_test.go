@@ -2,6 +2,7 @@ package binding
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -145,5 +146,64 @@ func TestTableOpenFails(t *testing.T) {
 	}
 	if tb.Path() != "" || tb.Have(0) {
 		t.Error("a failed Open left the table opened")
+	}
+}
+
+// Call: init's error first; a symbol the table lacks is the not-found code,
+// never a call; otherwise f's result through errorOf.
+func TestCallPrologue(t *testing.T) {
+	tab := NewTable[int]([]Symbol{{API: "xA", Optional: true}})
+	calls := 0
+	errorOf := func(s int, r int32) error {
+		if r == 0 {
+			return nil
+		}
+		return fmt.Errorf("sym %d: code %d", s, r)
+	}
+	f := func() int32 { calls++; return 0 }
+	boom := errors.New("no library")
+	if err := Call(tab, func() error { return boom }, errorOf, -1, 0, f); err != boom {
+		t.Errorf("init error: %v", err)
+	}
+	if err := Call(tab, func() error { return nil }, errorOf, -1, 0, f); err == nil || err.Error() != "sym 0: code -1" {
+		t.Errorf("missing symbol: %v", err)
+	}
+	if calls != 0 {
+		t.Errorf("f called %d times", calls)
+	}
+}
+
+// ErrorOf: success is nil; the not-found code names the entry point and
+// asks the library nothing; other codes take the table's name unless the
+// library's own answer replaces it.
+func TestErrorOf(t *testing.T) {
+	tab := NewTable[int]([]Symbol{{API: "xAlloc", Candidates: []string{"xAlloc_v2"}}})
+	names := func(r code) string { return fmt.Sprintf("X_%d", r) }
+	asked := 0
+	describe := func(r code) (string, string) {
+		asked++
+		if r == 2 {
+			return "X_OUT_OF_MEMORY", "out of memory"
+		}
+		return "", ""
+	}
+	of := func(r code) *Error[code, testVendor] {
+		err := ErrorOf[int, code, testVendor](tab, 0, r, -1, "x library", names, describe)
+		if err == nil {
+			return nil
+		}
+		return err.(*Error[code, testVendor])
+	}
+	if of(0) != nil {
+		t.Fatal("success mapped to an error")
+	}
+	if e := of(-1); e.Name != "X_-1" || e.Message != "the loaded x library does not export xAlloc" || asked != 0 {
+		t.Errorf("not found: %+v (asked %d)", e, asked)
+	}
+	if e := of(2); e.Name != "X_OUT_OF_MEMORY" || e.Message != "out of memory" || e.Code != 2 {
+		t.Errorf("described: %+v", e)
+	}
+	if e := of(7); e.Name != "X_7" || e.Message != "" {
+		t.Errorf("undescribed: %+v", e)
 	}
 }

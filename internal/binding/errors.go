@@ -136,3 +136,29 @@ func LoadFailure[R Code, V Vendor](err error, name string) *Error[R, V] {
 	}
 	return e
 }
+
+// ErrorOf is the bindings' result → *Error mapping for a call of entry
+// point s of t: nil for 0 (success on every library detcoll binds); Call is
+// the exported symbol called; the not-found code says that the loaded lib
+// (e.g. "driver") does not export the entry point; any other code is named by
+// names, then by what describe says (the library's own name and message for
+// the code, each "" to keep the table's name or no message: each binding's
+// rules for trusting its library's answer).
+func ErrorOf[S ~int, R Code, V Vendor](t *Table[S], s S, r, notFound R, lib string, names func(R) string,
+	describe func(R) (name, message string)) error {
+	if r == 0 {
+		return nil
+	}
+	e := &Error[R, V]{Code: r, Name: names(r), Call: t.Resolved(s)}
+	if r == notFound {
+		e.Message = "the loaded " + lib + " does not export " + t.API(s)
+		return e
+	}
+	if n, m := describe(r); n != "" || m != "" {
+		if n != "" {
+			e.Name = n
+		}
+		e.Message = m
+	}
+	return e
+}

@@ -12,6 +12,7 @@ type Symbol struct {
 	API        string   // the name in the vendor's documentation
 	Candidates []string // exported names to try, best first
 	Optional   bool     // the binding works without it
+	Role       string   // the internal/binding/gpurt call it plays ("StreamCreate"), if any
 }
 
 // Table is a library's symbols, indexed by the binding's sym type S and, once Open succeeded, their addresses.
@@ -138,4 +139,18 @@ func (t *Table[S]) Path() string {
 		return ""
 	}
 	return t.lib.Path()
+}
+
+// Call is the bindings' prologue around one call of entry point s: init
+// (load the library, and whatever else the binding needs first), then an
+// optional symbol the library does not export is notFound through errorOf
+// (never a call through a nil pointer), else f's result through errorOf.
+func Call[S ~int, R Code](t *Table[S], init func() error, errorOf func(S, R) error, notFound R, s S, f func() R) error {
+	if err := init(); err != nil {
+		return err
+	}
+	if !t.Have(s) {
+		return errorOf(s, notFound)
+	}
+	return errorOf(s, f())
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/detcoll/detcoll/dtype"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 func TestSymbolNames(t *testing.T) {
@@ -105,5 +106,42 @@ func TestLoadMissing(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "libdetcoll-no-rccl.so.1") && !strings.Contains(err.Error(), "without cgo") {
 		t.Fatalf("error does not name the candidate: %v", err)
+	}
+}
+
+// typedRT stands for a runtime binding's type argument (cuda.Runtime,
+// hip.Runtime); the typed face never calls it.
+type typedRT struct{}
+
+func (typedRT) Binding() *gpurt.Binding { return nil }
+
+// A nil typed library or communicator (what a failed load leaves) fails its
+// calls with an error, or is a no-op for Destroy and Abort; never a panic.
+func TestTypedNil(t *testing.T) {
+	var l *TypedLib[typedRT]
+	if err := l.GroupStart(); err == nil {
+		t.Error("GroupStart on a nil lib")
+	}
+	if _, err := l.CommInitRank(2, UniqueID{}, 0); err == nil {
+		t.Error("CommInitRank on a nil lib")
+	}
+	if Typed[typedRT](nil) != nil || WrapComm[typedRT](nil) != nil || l.Core() != nil {
+		t.Error("nil does not stay nil")
+	}
+	var c *TypedComm[typedRT]
+	if err := c.AllReduce(0, 0, 1, Float32, Sum, 0); err == nil {
+		t.Error("AllReduce on a nil comm")
+	}
+	if err := c.Send(0, 1, Uint8, 0, 0); err == nil {
+		t.Error("Send on a nil comm")
+	}
+	if err := c.Destroy(); err != nil {
+		t.Errorf("Destroy of a nil comm: %v", err)
+	}
+	if err := c.Abort(); err != nil {
+		t.Errorf("Abort of a nil comm: %v", err)
+	}
+	if _, err := LoadTyped[typedRT]("nccl", "", "libdetcoll-no-nccl.so.2"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("LoadTyped of a missing library: %v", err)
 	}
 }

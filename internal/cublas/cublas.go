@@ -221,34 +221,30 @@ func SymbolName(api string) string {
 }
 
 func errorOf(s sym, r Status) error {
-	if r == StatusSuccess {
-		return nil
-	}
-	e := &Error{Code: r, Call: syms.Resolved(s), Name: StatusName(r)}
-	if r == StatusSymbolNotFound {
-		e.Message = "the loaded cuBLAS does not export " + syms.API(s)
-		return e
-	}
+	return binding.ErrorOf[sym, Status, vendor](syms, s, r, StatusSymbolNotFound, "cuBLAS", StatusName, describe)
+}
+
+// describe is the library's name and description of r, else the built-in
+// description (cuBLAS before 11.4 has no strings of its own).
+func describe(r Status) (name, message string) {
 	if n, ok := rStatusName(r); ok && n != "" {
-		e.Name = n
+		name = n
 	}
-	if m, ok := rStatusString(r); ok && m != "" && m != e.Name {
-		e.Message = m
+	shown := name
+	if shown == "" {
+		shown = StatusName(r)
+	}
+	if m, ok := rStatusString(r); ok && m != "" && m != shown {
+		message = m
 	} else if m, ok := resultMessages[r]; ok {
-		e.Message = m
+		message = m
 	}
-	return e
+	return name, message
 }
 
 // call is the common prologue: load, check an optional symbol, map the status.
 func call(s sym, f func() Status) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	if !syms.Have(s) {
-		return errorOf(s, StatusSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Init, errorOf, StatusSymbolNotFound, s, f)
 }
 
 // Version is the loaded library's (major, minor, patch) from

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
@@ -29,36 +30,38 @@ func SymbolName(api string) string {
 
 // errorOf turns a CUresult from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	if r == ResultSuccess {
-		return nil
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, gpurt.ResultSymbolNotFound, "driver", ResultName, describe)
+}
+
+// describe is the driver's own name and description of r, when it has them
+// (detcoll's negative codes it has not).
+func describe(r Result) (name, message string) {
+	if r < 0 {
+		return "", ""
 	}
-	e := &Error{Code: r, Call: syms.Resolved(s)}
-	if r == ResultSymbolNotFound {
-		e.Message = "the loaded driver does not export " + syms.API(s)
-	}
-	if n, ok := rErrorName(r); ok && r >= 0 {
-		e.Name = n
-	} else {
-		e.Name = ResultName(r)
-	}
-	if e.Message == "" && r >= 0 {
-		if m, ok := rErrorString(r); ok {
-			e.Message = m
-		}
-	}
-	return e
+	name, _ = rErrorName(r)
+	message, _ = rErrorString(r)
+	return name, message
 }
 
 // call is the common prologue: load, check an optional symbol, map the result.
 func call(s sym, f func() Result) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	if !syms.Have(s) {
-		return errorOf(s, ResultSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Init, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
+
+// rt is this binding's runtime type for internal/binding/gpurt's shared
+// calls (the handle types, memory, copies, launches, IPC): its Binding plays
+// each role by the symbol that symbols.txt gives it, through call.
+type rt struct{}
+
+// Runtime is the type argument of this binding's handle types (Stream is
+// gpurt.Stream[Runtime]) and of gpurt's memory calls
+// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
+type Runtime = rt
+
+func (rt) Binding() *gpurt.Binding { return shared }
+
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, gpurt.ResultInvalidValue, abi)
 
 // DriverVersion is cuDriverGetVersion: the CUDA version the driver supports,
 // 1000*major + 10*minor (13000 for CUDA 13.0).
@@ -204,186 +207,15 @@ func CtxSynchronize() error {
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Context) error {
 	err := call(cuCtxEnablePeerAccess, func() Result { return rCtxEnablePeerAccess(peer) })
-	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
+	if e, ok := err.(*Error); ok && e.Code == gpurt.ResultPeerAlreadyEnabled {
 		return nil
 	}
 	return err
 }
 
-// MemGetInfo returns free and total memory of the current context's device.
-func MemGetInfo() (free, total uint64, err error) {
-	err = call(cuMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
-	return free, total, err
-}
-
-func checkSize(call string, n int) error {
-	if n < 0 {
-		return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: fmt.Sprintf("negative size %d", n), Call: call}
-	}
-	return nil
-}
-
-// MemAlloc allocates n bytes of device memory in the current context (256-byte
-// aligned). n == 0 returns 0 and no error.
-func MemAlloc(n int) (DevicePtr, error) {
-	if err := checkSize("cuMemAlloc", n); err != nil || n == 0 {
-		return 0, err
-	}
-	var p DevicePtr
-	err := call(cuMemAlloc, func() Result { return rMemAlloc(&p, n) })
-	return p, err
-}
-
-// MemFree frees memory from MemAlloc; 0 is a no-op.
-func MemFree(p DevicePtr) error {
-	if p == 0 {
-		return nil
-	}
-	return call(cuMemFree, func() Result { return rMemFree(p) })
-}
-
-// MemGetAddressRange returns the base and size of the allocation that
-// contains p (cuMemGetAddressRange). p must lie inside memory allocated in
-// the current context; any other address is an *Error (typically
-// CUDA_ERROR_NOT_FOUND or CUDA_ERROR_INVALID_VALUE), never a crash.
-func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
-	err = call(cuMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
-	return base, size, err
-}
-
-// MemAllocHost allocates n bytes of page-locked host memory.
-func MemAllocHost(n int) (HostMem, error) {
-	if err := checkSize("cuMemAllocHost", n); err != nil || n == 0 {
-		return HostMem{}, err
-	}
-	var h HostMem
-	err := call(cuMemAllocHost, func() Result { return rMemAllocHost(&h, n) })
-	return h, err
-}
-
-// MemFreeHost frees memory from MemAllocHost.
-func MemFreeHost(h HostMem) error {
-	if h.p == nil {
-		return nil
-	}
-	return call(cuMemFreeHost, func() Result { return rMemFreeHost(h) })
-}
-
-// MemcpyHtoD copies src to device memory, synchronously.
-func MemcpyHtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	return call(cuMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
-}
-
-// MemcpyDtoH copies device memory into dst, synchronously.
-func MemcpyDtoH(dst []byte, src DevicePtr) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	return call(cuMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
-}
-
-// MemcpyDtoD copies n bytes between device buffers.
-func MemcpyDtoD(dst, src DevicePtr, n int) error {
-	if err := checkSize("cuMemcpyDtoD", n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
-}
-
-func checkHost(callName string, h HostMem, off, n int) error {
-	if off < 0 || n < 0 || off+n > h.n {
-		return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue),
-			Message: fmt.Sprintf("range [%d, %d) outside host buffer of %d bytes", off, off+n, h.n), Call: callName}
-	}
-	return nil
-}
-
-// MemcpyHtoDAsync enqueues a copy of src[off:off+n] to dst on s.
-func MemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) error {
-	if err := checkHost("cuMemcpyHtoDAsync", src, off, n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
-}
-
-// MemcpyDtoHAsync enqueues a copy of n bytes from src into dst[off:] on s.
-func MemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) error {
-	if err := checkHost("cuMemcpyDtoHAsync", dst, off, n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
-}
-
-// MemcpyDtoDAsync enqueues a device-to-device copy on s.
-func MemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) error {
-	if err := checkSize("cuMemcpyDtoDAsync", n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
-}
-
-// MemsetD8 sets n bytes to v, synchronously.
-func MemsetD8(dst DevicePtr, v byte, n int) error {
-	if err := checkSize("cuMemsetD8", n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
-}
-
-// MemsetD8Async enqueues a byte fill on s.
-func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
-	if err := checkSize("cuMemsetD8Async", n); err != nil || n == 0 {
-		return err
-	}
-	return call(cuMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
-}
-
 // ModuleLoadData loads a CUBIN or a NUL-terminated PTX image into the
-// current context.
-func ModuleLoadData(image []byte) (Module, error) {
-	if len(image) == 0 {
-		return 0, &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: "empty module image", Call: "cuModuleLoadData"}
-	}
-	return gpurt.ModuleLoadData[rt](image)
-}
-
-// LaunchKernel enqueues f on s with the parameters laid out in args.
-func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args *Args) error {
-	if args == nil {
-		args = new(Args)
-	}
-	if err := args.Err(); err != nil {
-		return err
-	}
-	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
-		return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue),
-			Message: fmt.Sprintf("empty launch grid %v block %v", grid, block), Call: "cuLaunchKernel"}
-	}
-	return call(cuLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// IpcGetMemHandle exports a MemAlloc allocation to other processes.
-func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
-	var h IpcMemHandle
-	err := call(cuIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
-	return h, err
-}
-
-// IpcOpenMemHandle maps another process's allocation into the current
-// context (with lazy peer access). Close with IpcCloseMemHandle.
-func IpcOpenMemHandle(h IpcMemHandle) (DevicePtr, error) {
-	var p DevicePtr
-	err := call(cuIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h) })
-	return p, err
-}
-
-// IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
-func IpcCloseMemHandle(p DevicePtr) error {
-	return call(cuIpcCloseMemHandle, func() Result { return rIpcCloseMemHandle(p) })
-}
+// current context (an empty image is an invalid-value error).
+func ModuleLoadData(image []byte) (Module, error) { return gpurt.LoadModule[rt](image) }
 
 // StreamCreate creates a stream (flags: StreamDefault or StreamNonBlocking).
 func StreamCreate(flags uint32) (Stream, error) { return gpurt.StreamCreate[rt](flags) }

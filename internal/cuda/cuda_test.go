@@ -2,12 +2,12 @@ package cuda
 
 import (
 	"errors"
-	"math"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/detcoll/detcoll/internal/binding/bindingtest"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 func TestSymbolTable(t *testing.T) {
@@ -43,30 +43,30 @@ func TestSymbolTable(t *testing.T) {
 }
 
 func TestErrorMapping(t *testing.T) {
-	e := errorOf(cuMemAlloc, ResultOutOfMemory)
+	e := errorOf(cuMemAlloc, gpurt.ResultOutOfMemory)
 	var ce *Error
 	if !errors.As(e, &ce) {
 		t.Fatalf("errorOf returned %T", e)
 	}
-	if ce.Code != ResultOutOfMemory || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
+	if ce.Code != gpurt.ResultOutOfMemory || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
 		t.Fatalf("mapped %+v", ce)
 	}
 	if !strings.Contains(e.Error(), "cuMemAlloc") || !strings.Contains(e.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
 		t.Fatalf("message %q", e.Error())
 	}
-	if !errors.Is(e, &Error{Code: ResultOutOfMemory}) || errors.Is(e, &Error{Code: ResultInvalidValue}) {
+	if !errors.Is(e, &Error{Code: gpurt.ResultOutOfMemory}) || errors.Is(e, &Error{Code: gpurt.ResultInvalidValue}) {
 		t.Fatal("errors.Is by code")
 	}
-	if errorOf(cuMemAlloc, ResultSuccess) != nil {
+	if errorOf(cuMemAlloc, gpurt.ResultSuccess) != nil {
 		t.Fatal("success mapped to an error")
 	}
 	if got := ResultName(12345); got != "CUDA_ERROR_12345" {
 		t.Fatalf("unknown code name %q", got)
 	}
-	if got := ResultName(ResultIllegalAddress); got != "CUDA_ERROR_ILLEGAL_ADDRESS" {
+	if got := ResultName(gpurt.ResultIllegalAddress); got != "CUDA_ERROR_ILLEGAL_ADDRESS" {
 		t.Fatalf("illegal address name %q", got)
 	}
-	u := &Error{Code: ResultUnavailable}
+	u := &Error{Code: gpurt.ResultUnavailable}
 	if !errors.Is(u, ErrUnavailable) {
 		t.Fatal("unavailable does not wrap ErrUnavailable")
 	}
@@ -75,49 +75,20 @@ func TestErrorMapping(t *testing.T) {
 	}
 }
 
-func TestArgsLayout(t *testing.T) {
+// The binding's errors for what gpurt refuses before a call, and Args'
+// (internal/kparams tests the layout itself; gpurt the argument checks).
+func TestVendorErrors(t *testing.T) {
 	var a Args
-	a.Ptr(0x1122334455667788).I32(-2).I64(7).U32(9).F32(1.5).F64(math.Copysign(0, -1))
-	buf, offs := a.Layout()
-	wantOffs := []int32{0, 8, 16, 24, 28, 32}
-	if len(offs) != len(wantOffs) {
-		t.Fatalf("offsets %v", offs)
-	}
-	for i := range offs {
-		if offs[i] != wantOffs[i] {
-			t.Fatalf("offsets %v, want %v", offs, wantOffs)
-		}
-	}
-	if len(buf) != 40 || buf[0] != 0x88 || buf[7] != 0x11 || buf[8] != 0xFE || buf[11] != 0xFF || buf[16] != 7 {
-		t.Fatalf("buffer % x", buf)
-	}
-	if math.Float32frombits(uint32(buf[28])|uint32(buf[29])<<8|uint32(buf[30])<<16|uint32(buf[31])<<24) != 1.5 {
-		t.Fatal("f32 bytes")
-	}
-	if buf[39] != 0x80 {
-		t.Fatal("-0.0 sign bit")
-	}
-	a.Reset()
-	a.I32(1).Raw(make([]byte, 24), 16)
-	buf, offs = a.Layout()
-	if offs[1] != 16 || len(buf) != 40 {
-		t.Fatalf("struct alignment: offs %v size %d", offs, len(buf))
-	}
-	a.Raw(nil, 3)
-	if err := a.Err(); err == nil || !strings.HasPrefix(err.Error(), "cuda: kernel parameter 2: alignment 3") {
+	if err := a.Raw(nil, 3).Err(); err == nil || !strings.HasPrefix(err.Error(), "cuda: kernel parameter 0: alignment 3") {
 		t.Fatalf("bad alignment: %v", err)
 	}
-	a.Reset()
-	a.Raw(make([]byte, MaxArgBytes+1), 8)
-	if a.Err() == nil {
-		t.Fatal("oversized parameters accepted")
+	_, err := gpurt.MemAlloc[Runtime](-1)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != gpurt.ResultInvalidValue || e.Call != "cuMemAlloc" || e.Name != "CUDA_ERROR_INVALID_VALUE" {
+		t.Fatalf("negative alloc: %#v", err)
 	}
-	a.Reset()
-	for i := 0; i < MaxArgs+1; i++ {
-		a.I32(1)
-	}
-	if a.Err() == nil {
-		t.Fatal("too many parameters accepted")
+	if !abi.IntegerDevicePtr || abi.HostAllocFlags {
+		t.Fatalf("ABI %+v: CUdeviceptr is an integer, cuMemAllocHost takes no flags", abi)
 	}
 }
 
@@ -132,10 +103,10 @@ func TestAvailableHere(t *testing.T) {
 	}
 	t.Logf("no CUDA driver (expected without a GPU): %v", err)
 	// Every wrapper then fails cleanly instead of crashing.
-	if _, err := MemAlloc(16); !errors.Is(err, ErrUnavailable) {
+	if _, err := gpurt.MemAlloc[Runtime](16); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("MemAlloc without driver: %v", err)
 	}
-	if err := LaunchKernel(0, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, nil); !errors.Is(err, ErrUnavailable) {
+	if err := gpurt.LaunchKernel(Function(0), Dim3{X: 1, Y: 1, Z: 1}, Dim3{X: 1, Y: 1, Z: 1}, 0, 0, (*Args)(nil)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("LaunchKernel without driver: %v", err)
 	}
 	if _, err := DeviceCount(); err == nil {
@@ -146,23 +117,5 @@ func TestAvailableHere(t *testing.T) {
 	}
 	if os.Getenv(LibraryEnv) != "" && !strings.Contains(err.Error(), os.Getenv(LibraryEnv)) {
 		t.Fatalf("error does not name the override: %v", err)
-	}
-}
-
-func TestArgumentChecks(t *testing.T) {
-	if _, err := MemAlloc(-1); err == nil {
-		t.Fatal("negative alloc")
-	}
-	if p, err := MemAlloc(0); p != 0 || err != nil {
-		t.Fatal("zero alloc")
-	}
-	if err := MemFree(0); err != nil {
-		t.Fatal("free nil")
-	}
-	if err := MemcpyHtoDAsync(0, HostMem{}, 0, 8, 0); err == nil {
-		t.Fatal("async copy outside host buffer")
-	}
-	if _, err := ModuleLoadData(nil); err == nil {
-		t.Fatal("empty image")
 	}
 }

@@ -12,7 +12,7 @@
 // select) and calls cuInit(0). The outcome, success or error, is remembered
 // for the life of the process. Symbols marked optional may be missing (older
 // drivers); calling their wrapper then returns an *Error with code
-// ResultSymbolNotFound.
+// gpurt.ResultSymbolNotFound.
 //
 // symbols.txt is the one list of the entry points and result names;
 // internal/bindgen writes symbols_gen.go from it (go generate). The stream,
@@ -38,11 +38,15 @@
 // # Memory and cgo pointer rules
 //
 // DevicePtr is a device address (an integer, never dereferenced by Go).
-// Synchronous copies take Go slices: the driver reads or writes them only
-// during the call. Asynchronous copies take HostMem, page-locked C memory
-// from MemAllocHost, because the driver keeps using the buffer after the
-// call returns. Kernel parameters are laid out by Args and copied into C
-// memory before cuLaunchKernel sees them, so no Go pointer is retained by C.
+// The memory, copy, launch and IPC calls are internal/binding/gpurt's,
+// shared with HIP and instantiated with this binding's Runtime
+// (gpurt.MemAlloc[cuda.Runtime](n), gpurt.MemcpyHtoDAsync(dst, h, 0, n,
+// stream)): synchronous copies take Go slices, which the driver reads or
+// writes only during the call; asynchronous copies take gpurt.HostMem,
+// page-locked C memory from gpurt.MemAllocHost, because the driver keeps
+// using the buffer after the call returns. Kernel parameters are laid out
+// by Args and copied into C memory before cuLaunchKernel sees them, so no
+// Go pointer is retained by C.
 //
 // # Errors
 //
@@ -50,9 +54,9 @@
 // name and description (from cuGetErrorName/String when available, else from
 // a built-in table) and the exact symbol that was called. errors.Is matches
 // *Error values by code (e.g. errors.Is(err, &cuda.Error{Code:
-// cuda.ResultOutOfMemory})). Errors from loading wrap ErrUnavailable.
+// gpurt.ResultOutOfMemory})). Errors from loading wrap ErrUnavailable.
 //
-// Handles (Context, Stream, Event, Module, Function, Graph, GraphExec) are
+// Handles (Context, Stream, Event, Module, Function, GraphExec) are
 // plain values; the zero Stream is the legacy default stream. Ownership is
 // the caller's: whoever creates a handle destroys it, once.
 package cuda

@@ -2,11 +2,13 @@
 
 package cuda
 
+import "github.com/detcoll/detcoll/internal/binding/gpurt"
+
 // Built without cgo: load always fails, so no r* function below is ever
-// reached through the exported API (each returns ResultUnavailable anyway).
+// reached through the exported API (each returns gpurt.ResultUnavailable anyway).
 
 func load() error {
-	return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
+	return &Error{Code: gpurt.ResultUnavailable, Name: ResultName(gpurt.ResultUnavailable),
 		Message: "unavailable: built without cgo", Call: "dlopen"}
 }
 
@@ -15,38 +17,20 @@ func rErrorString(Result) (string, bool) {
 	return "", false
 }
 
-const u = ResultUnavailable
+const u = gpurt.ResultUnavailable
 
-func rDriverGetVersion(*int32) Result                                  { return u }
-func rDeviceGetCount(*int32) Result                                    { return u }
-func rDeviceGet(*Device, int) Result                                   { return u }
-func rDeviceGetName([]byte, Device) Result                             { return u }
-func rDeviceGetAttribute(*int32, DeviceAttribute, Device) Result       { return u }
-func rDeviceTotalMem(*uint64, Device) Result                           { return u }
-func rDeviceGetUUID(*[16]byte, Device) Result                          { return u }
-func rDeviceGetPCIBusID([]byte, Device) Result                         { return u }
-func rDeviceCanAccessPeer(*int32, Device, Device) Result               { return u }
-func rPrimaryCtxRetain(*Context, Device) Result                        { return u }
-func rPrimaryCtxRelease(Device) Result                                 { return u }
-func rCtxSetCurrent(Context) Result                                    { return u }
-func rCtxGetCurrent(*Context) Result                                   { return u }
-func rCtxSynchronize() Result                                          { return u }
-func rCtxEnablePeerAccess(Context) Result                              { return u }
-func rMemGetInfo(_, _ *uint64) Result                                  { return u }
-func rMemAlloc(*DevicePtr, int) Result                                 { return u }
-func rMemFree(DevicePtr) Result                                        { return u }
-func rMemAllocHost(*HostMem, int) Result                               { return u }
-func rMemFreeHost(HostMem) Result                                      { return u }
-func rMemcpyHtoD(DevicePtr, []byte) Result                             { return u }
-func rMemcpyDtoH([]byte, DevicePtr) Result                             { return u }
-func rMemcpyDtoD(_, _ DevicePtr, _ int) Result                         { return u }
-func rMemcpyHtoDAsync(DevicePtr, HostMem, int, int, Stream) Result     { return u }
-func rMemcpyDtoHAsync(HostMem, int, DevicePtr, int, Stream) Result     { return u }
-func rMemcpyDtoDAsync(_, _ DevicePtr, _ int, _ Stream) Result          { return u }
-func rMemsetD8(DevicePtr, byte, int) Result                            { return u }
-func rMemsetD8Async(DevicePtr, byte, int, Stream) Result               { return u }
-func rLaunchKernel(Function, Dim3, Dim3, uint32, Stream, *Args) Result { return u }
-func rIpcGetMemHandle(*IpcMemHandle, DevicePtr) Result                 { return u }
-func rIpcOpenMemHandle(*DevicePtr, *IpcMemHandle) Result               { return u }
-func rIpcCloseMemHandle(DevicePtr) Result                              { return u }
-func rMemGetAddressRange(*DevicePtr, *uint64, DevicePtr) Result        { return u }
+func rDriverGetVersion(*int32) Result                            { return u }
+func rDeviceGetCount(*int32) Result                              { return u }
+func rDeviceGet(*Device, int) Result                             { return u }
+func rDeviceGetName([]byte, Device) Result                       { return u }
+func rDeviceGetAttribute(*int32, DeviceAttribute, Device) Result { return u }
+func rDeviceTotalMem(*uint64, Device) Result                     { return u }
+func rDeviceGetUUID(*[16]byte, Device) Result                    { return u }
+func rDeviceGetPCIBusID([]byte, Device) Result                   { return u }
+func rDeviceCanAccessPeer(*int32, Device, Device) Result         { return u }
+func rPrimaryCtxRetain(*Context, Device) Result                  { return u }
+func rPrimaryCtxRelease(Device) Result                           { return u }
+func rCtxSetCurrent(Context) Result                              { return u }
+func rCtxGetCurrent(*Context) Result                             { return u }
+func rCtxSynchronize() Result                                    { return u }
+func rCtxEnablePeerAccess(Context) Result                        { return u }

@@ -2,42 +2,20 @@ package cuda
 
 import (
 	"errors"
-	"unsafe"
 
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
-// Result is a CUresult.
-type Result int32
+// Result is a CUresult: gpurt's (the codes CUDA and HIP share are its
+// Result* constants).
+type Result = gpurt.Result
 
-// The CUresult codes detcoll tests for. ResultSymbolNotFound and
-// ResultUnavailable are detcoll's own (negative, never returned by CUDA).
+// The CUresult codes detcoll names that HIP does not have.
 const (
-	ResultSuccess            Result = 0
-	ResultInvalidValue       Result = 1
-	ResultOutOfMemory        Result = 2
-	ResultNotInitialized     Result = 3
-	ResultStubLibrary        Result = 34
-	ResultNoDevice           Result = 100
-	ResultInvalidDevice      Result = 101
-	ResultInvalidContext     Result = 201
-	ResultNoBinaryForGPU     Result = 209
-	ResultPeerAccessUnsupp   Result = 217
-	ResultInvalidHandle      Result = 400
-	ResultNotFound           Result = 500
-	ResultNotReady           Result = 600
-	ResultIllegalAddress     Result = 700
-	ResultPeerAlreadyEnabled Result = 704
-	ResultLaunchFailed       Result = 719
-	ResultNotSupported       Result = 801
-	ResultCaptureInvalidated Result = 901
-	ResultUnknown            Result = 999
-
-	ResultSymbolNotFound Result = -1
-	ResultUnavailable    Result = -2
+	ResultStubLibrary    Result = 34
+	ResultInvalidContext Result = 201
 )
 
 // ResultName is the CUDA_ERROR_* name of a code from the built-in table
@@ -49,7 +27,7 @@ func ResultName(r Result) string {
 // Error is a failed driver call: Code, Name (the library's name of the code),
 // Message (its description, when known) and Call (the exported symbol
 // called). Its message starts "cuda: "; errors.Is matches it by code, and a
-// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
 // internal/binding's error type, instantiated for this binding.
 type Error = binding.Error[Result, vendor]
 
@@ -63,8 +41,9 @@ type Device int32
 // Context is a CUcontext.
 type Context uintptr
 
-// DevicePtr is a CUdeviceptr: a device address.
-type DevicePtr = devrt.Ptr // shared with internal/hip through gpu/devrt
+// DevicePtr is a CUdeviceptr: a device address (gpurt's, shared with
+// internal/hip and gpu/devrt).
+type DevicePtr = gpurt.DevicePtr
 
 // Stream is a CUstream; the zero value is the legacy default stream.
 type Stream = gpurt.Stream[rt]
@@ -78,36 +57,11 @@ type Module = gpurt.Module[rt]
 // Function is a CUfunction.
 type Function = gpurt.Function[rt]
 
-// Graph is a CUgraph.
-type Graph = gpurt.Graph[rt]
-
 // GraphExec is a CUgraphExec.
 type GraphExec = gpurt.GraphExec[rt]
 
-// IpcMemHandle is a CUipcMemHandle (CU_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle [64]byte
-
-// HostMem is page-locked host memory from MemAllocHost. It is C memory: Go
-// may read and write it through Bytes, and the driver may use it
-// asynchronously. Free it with MemFreeHost.
-type HostMem struct {
-	p unsafe.Pointer
-	n int
-}
-
-// Len is the size in bytes.
-func (h HostMem) Len() int { return h.n }
-
-// Bytes is a Go view of the memory (valid until MemFreeHost).
-func (h HostMem) Bytes() []byte {
-	if h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.n)
-}
-
 // Dim3 is a grid or block shape.
-type Dim3 struct{ X, Y, Z uint32 }
+type Dim3 = gpurt.Dim3
 
 // DeviceAttribute is a CUdevice_attribute.
 type DeviceAttribute int32
@@ -128,53 +82,22 @@ const (
 	AttrComputeCapabilityMinor DeviceAttribute = 76
 )
 
-// FunctionAttribute is a CUfunction_attribute.
+// FunctionAttribute is a CUfunction_attribute (the values CUDA shares with
+// HIP are gpurt's Func* constants).
 type FunctionAttribute = gpurt.FunctionAttribute
 
-// Function attributes (for reports: registers, spills).
+// The function attributes HIP does not name.
 const (
-	FuncMaxThreadsPerBlock FunctionAttribute = 0
-	FuncSharedSizeBytes    FunctionAttribute = 1
-	FuncConstSizeBytes     FunctionAttribute = 2
-	FuncLocalSizeBytes     FunctionAttribute = 3
-	FuncNumRegs            FunctionAttribute = 4
-	FuncPTXVersion         FunctionAttribute = 5
-	FuncBinaryVersion      FunctionAttribute = 6
+	FuncPTXVersion    FunctionAttribute = 5
+	FuncBinaryVersion FunctionAttribute = 6
 )
 
-// Stream and event creation flags.
-const (
-	StreamDefault     uint32 = 0
-	StreamNonBlocking uint32 = 1
-
-	EventDefault       uint32 = 0
-	EventBlockingSync  uint32 = 1
-	EventDisableTiming uint32 = 2
-	EventInterprocess  uint32 = 4
-)
-
-// CaptureMode is a CUstreamCaptureMode.
-type CaptureMode = gpurt.CaptureMode
-
-const (
-	CaptureGlobal      CaptureMode = 0
-	CaptureThreadLocal CaptureMode = 1
-	CaptureRelaxed     CaptureMode = 2
-)
-
-// CaptureStatus is a CUstreamCaptureStatus.
-type CaptureStatus = gpurt.CaptureStatus
-
-const (
-	CaptureNone        CaptureStatus = 0
-	CaptureActive      CaptureStatus = 1
-	CaptureInvalidated CaptureStatus = 2
-)
-
-// Kernel parameter limits of Args.
-const (
-	MaxArgBytes = kparams.MaxArgBytes
-	MaxArgs     = kparams.MaxArgs
+// CaptureMode is a CUstreamCaptureMode, CaptureStatus a
+// CUstreamCaptureStatus (their values, and the stream and event flags, are
+// gpurt's constants: the same on both vendors).
+type (
+	CaptureMode   = gpurt.CaptureMode
+	CaptureStatus = gpurt.CaptureStatus
 )
 
 // Args lays out kernel parameters, one call per parameter of the kernel, in

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
@@ -25,7 +26,7 @@ func Init() error {
 		if initErr = Load(); initErr != nil {
 			return
 		}
-		if r := rInit(); r != ResultSuccess {
+		if r := rInit(); r != gpurt.ResultSuccess {
 			initErr = fmt.Errorf("%w: %w", ErrUnavailable, errorOf(hipInit, r))
 		}
 	})
@@ -49,45 +50,52 @@ func SymbolName(api string) string {
 
 // errorOf turns a hipError_t from symbol s into an *Error (nil on success).
 func errorOf(s sym, r Result) error {
-	if r == ResultSuccess {
-		return nil
+	return binding.ErrorOf[sym, Result, vendor](syms, s, r, gpurt.ResultSymbolNotFound, "HIP runtime", ResultName, describe)
+}
+
+// describe is the runtime's own name and description of r where they say
+// more than the table: hipGetErrorName answers hipErrorUnknown for codes it
+// does not know (the table keeps the code then), and its strings may only
+// repeat the name.
+func describe(r Result) (name, message string) {
+	if r < 0 {
+		return "", ""
 	}
-	e := &Error{Code: r, Call: syms.Resolved(s)}
-	if r == ResultSymbolNotFound {
-		e.Message = "the loaded HIP runtime does not export " + syms.API(s)
+	name = ResultName(r)
+	if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == gpurt.ResultUnknown) {
+		name = n
 	}
-	e.Name = ResultName(r)
-	if r >= 0 {
-		// hipGetErrorName answers hipErrorUnknown for codes it does not
-		// know; the table keeps the code then.
-		if n, ok := rErrorName(r); ok && n != "" && (n != "hipErrorUnknown" || r == ResultUnknown) {
-			e.Name = n
-		}
-		if e.Message == "" {
-			if m, ok := rErrorString(r); ok && m != e.Name && m != "hipErrorUnknown" {
-				e.Message = m
-			}
-		}
+	if m, ok := rErrorString(r); ok && m != name && m != "hipErrorUnknown" {
+		message = m
 	}
-	return e
+	return name, message
 }
 
 // call is the common prologue of device calls: init, check an optional
 // symbol, map the result.
 func call(s sym, f func() Result) error {
-	if err := Init(); err != nil {
-		return err
-	}
-	return callLoaded(s, f)
+	return binding.Call(syms, Init, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
 
-// callLoaded is call for entry points that work without a device.
+// callLoaded is call for entry points that work without a device (it loads
+// the runtime, no hipInit).
 func callLoaded(s sym, f func() Result) error {
-	if !syms.Have(s) {
-		return errorOf(s, ResultSymbolNotFound)
-	}
-	return errorOf(s, f())
+	return binding.Call(syms, Load, errorOf, gpurt.ResultSymbolNotFound, s, f)
 }
+
+// rt is this binding's runtime type for internal/binding/gpurt's shared
+// calls (the handle types, memory, copies, launches, IPC): its Binding plays
+// each role by the symbol that symbols.txt gives it, through call.
+type rt struct{}
+
+// Runtime is the type argument of this binding's handle types (Stream is
+// gpurt.Stream[Runtime]) and of gpurt's memory calls
+// (gpurt.MemAlloc[Runtime]); gpu/devrt/rtshared is instantiated with it.
+type Runtime = rt
+
+func (rt) Binding() *gpurt.Binding { return shared }
+
+var shared = gpurt.NewBinding[sym, Result, vendor](syms, call, ResultName, gpurt.ResultInvalidValue, abi)
 
 // RuntimeVersion is hipRuntimeGetVersion (HIP_VERSION: major*10000000 +
 // minor*100000 + patch, e.g. 50221153 for 5.2.21153). It needs no GPU.
@@ -208,7 +216,7 @@ func (d Device) CanAccessPeer(peer Device) (bool, error) {
 // already-enabled peer is not an error.
 func EnablePeerAccess(peer Device) error {
 	err := call(hipDeviceEnablePeerAccess, func() Result { return rDeviceEnablePeerAccess(peer) })
-	if e, ok := err.(*Error); ok && e.Code == ResultPeerAlreadyEnabled {
+	if e, ok := err.(*Error); ok && e.Code == gpurt.ResultPeerAlreadyEnabled {
 		return nil
 	}
 	return err
@@ -237,182 +245,9 @@ func DeviceSynchronize() error {
 	return call(hipDeviceSynchronize, func() Result { return rVoid(hipDeviceSynchronize) })
 }
 
-// MemGetInfo returns free and total memory of the current device.
-func MemGetInfo() (free, total uint64, err error) {
-	err = call(hipMemGetInfo, func() Result { return rMemGetInfo(&free, &total) })
-	return free, total, err
-}
-
-func invalid(call, format string, a ...any) error {
-	return &Error{Code: ResultInvalidValue, Name: ResultName(ResultInvalidValue), Message: fmt.Sprintf(format, a...), Call: call}
-}
-
-func checkSize(call string, n int) error {
-	if n < 0 {
-		return invalid(call, "negative size %d", n)
-	}
-	return nil
-}
-
-// MemAlloc allocates n bytes of device memory on the current device. n == 0
-// returns 0 and no error.
-func MemAlloc(n int) (DevicePtr, error) {
-	if err := checkSize("hipMalloc", n); err != nil || n == 0 {
-		return 0, err
-	}
-	var p DevicePtr
-	err := call(hipMalloc, func() Result { return rMalloc(&p, n) })
-	return p, err
-}
-
-// MemFree frees memory from MemAlloc; 0 is a no-op.
-func MemFree(p DevicePtr) error {
-	if p == 0 {
-		return nil
-	}
-	return call(hipFree, func() Result { return rPtr(hipFree, p) })
-}
-
-// MemGetAddressRange returns the base and size of the allocation that
-// contains p.
-func MemGetAddressRange(p DevicePtr) (base DevicePtr, size uint64, err error) {
-	err = call(hipMemGetAddressRange, func() Result { return rMemGetAddressRange(&base, &size, p) })
-	return base, size, err
-}
-
-// MemAllocHost allocates n bytes of pinned host memory (hipHostMalloc,
-// default flags).
-func MemAllocHost(n int) (HostMem, error) {
-	if err := checkSize("hipHostMalloc", n); err != nil || n == 0 {
-		return HostMem{}, err
-	}
-	var h HostMem
-	err := call(hipHostMalloc, func() Result { return rHostMalloc(&h, n) })
-	return h, err
-}
-
-// MemFreeHost frees memory from MemAllocHost.
-func MemFreeHost(h HostMem) error {
-	if h.p == nil {
-		return nil
-	}
-	return call(hipHostFree, func() Result { return rHostFree(h) })
-}
-
-// MemcpyHtoD copies src to device memory, synchronously.
-func MemcpyHtoD(dst DevicePtr, src []byte) error {
-	if len(src) == 0 {
-		return nil
-	}
-	return call(hipMemcpyHtoD, func() Result { return rMemcpyHtoD(dst, src) })
-}
-
-// MemcpyDtoH copies device memory into dst, synchronously.
-func MemcpyDtoH(dst []byte, src DevicePtr) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	return call(hipMemcpyDtoH, func() Result { return rMemcpyDtoH(dst, src) })
-}
-
-// MemcpyDtoD copies n bytes between device buffers.
-func MemcpyDtoD(dst, src DevicePtr, n int) error {
-	if err := checkSize("hipMemcpyDtoD", n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemcpyDtoD, func() Result { return rMemcpyDtoD(dst, src, n) })
-}
-
-func checkHost(callName string, h HostMem, off, n int) error {
-	if off < 0 || n < 0 || off+n > h.n {
-		return invalid(callName, "range [%d, %d) outside host buffer of %d bytes", off, off+n, h.n)
-	}
-	return nil
-}
-
-// MemcpyHtoDAsync enqueues a copy of src[off:off+n] to dst on s.
-func MemcpyHtoDAsync(dst DevicePtr, src HostMem, off, n int, s Stream) error {
-	if err := checkHost("hipMemcpyHtoDAsync", src, off, n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemcpyHtoDAsync, func() Result { return rMemcpyHtoDAsync(dst, src, off, n, s) })
-}
-
-// MemcpyDtoHAsync enqueues a copy of n bytes from src into dst[off:] on s.
-func MemcpyDtoHAsync(dst HostMem, off int, src DevicePtr, n int, s Stream) error {
-	if err := checkHost("hipMemcpyDtoHAsync", dst, off, n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemcpyDtoHAsync, func() Result { return rMemcpyDtoHAsync(dst, off, src, n, s) })
-}
-
-// MemcpyDtoDAsync enqueues a device-to-device copy on s.
-func MemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) error {
-	if err := checkSize("hipMemcpyDtoDAsync", n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemcpyDtoDAsync, func() Result { return rMemcpyDtoDAsync(dst, src, n, s) })
-}
-
-// MemsetD8 sets n bytes to v, synchronously.
-func MemsetD8(dst DevicePtr, v byte, n int) error {
-	if err := checkSize("hipMemsetD8", n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemsetD8, func() Result { return rMemsetD8(dst, v, n) })
-}
-
-// MemsetD8Async enqueues a byte fill on s.
-func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
-	if err := checkSize("hipMemsetD8Async", n); err != nil || n == 0 {
-		return err
-	}
-	return call(hipMemsetD8Async, func() Result { return rMemsetD8Async(dst, v, n, s) })
-}
-
-// ModuleLoadData loads a code object (from hiprtc) on the current device.
-func ModuleLoadData(image []byte) (Module, error) {
-	if len(image) == 0 {
-		return 0, invalid("hipModuleLoadData", "empty module image")
-	}
-	return gpurt.ModuleLoadData[rt](image)
-}
-
-// LaunchKernel enqueues f on s with the parameters laid out in args.
-func LaunchKernel(f Function, grid, block Dim3, sharedMem uint32, s Stream, args *Args) error {
-	if args == nil {
-		args = new(Args)
-	}
-	if err := args.Err(); err != nil {
-		return err
-	}
-	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || block.X == 0 || block.Y == 0 || block.Z == 0 {
-		return invalid("hipModuleLaunchKernel", "empty launch grid %v block %v", grid, block)
-	}
-	return call(hipModuleLaunchKernel, func() Result { return rLaunchKernel(f, grid, block, sharedMem, s, args) })
-}
-
-// IpcGetMemHandle exports the allocation that contains p (on the current
-// device) for another process (hipIpcGetMemHandle).
-func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
-	var h IpcMemHandle
-	err := call(hipIpcGetMemHandle, func() Result { return rIpcGetMemHandle(&h, p) })
-	return h, err
-}
-
-// IpcOpenMemHandle maps a peer's exported allocation into this process
-// (hipIpcOpenMemHandle with hipIpcMemLazyEnablePeerAccess, the only flag).
-// Close it with IpcCloseMemHandle before the exporter frees it.
-func IpcOpenMemHandle(h IpcMemHandle) (DevicePtr, error) {
-	var p DevicePtr
-	err := call(hipIpcOpenMemHandle, func() Result { return rIpcOpenMemHandle(&p, &h, IpcMemLazyEnablePeerAccess) })
-	return p, err
-}
-
-// IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
-func IpcCloseMemHandle(p DevicePtr) error {
-	return call(hipIpcCloseMemHandle, func() Result { return rPtr(hipIpcCloseMemHandle, p) })
-}
+// ModuleLoadData loads a code object (from hiprtc) on the current device
+// (an empty image is an invalid-value error).
+func ModuleLoadData(image []byte) (Module, error) { return gpurt.LoadModule[rt](image) }
 
 // IpcGetEventHandle exports an event created with EventInterprocess (and
 // EventDisableTiming).
@@ -438,7 +273,7 @@ func IPCAvailable() error {
 	}
 	for _, s := range []sym{hipIpcGetMemHandle, hipIpcOpenMemHandle, hipIpcCloseMemHandle, hipIpcGetEventHandle, hipIpcOpenEventHandle} {
 		if !syms.Have(s) {
-			return errorOf(s, ResultSymbolNotFound)
+			return errorOf(s, gpurt.ResultSymbolNotFound)
 		}
 	}
 	return nil

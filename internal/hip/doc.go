@@ -18,7 +18,7 @@
 // hipErrorInvalidDevice): the *Error then wraps ErrUnavailable. Both
 // outcomes are remembered for the life of the process. Symbols marked
 // optional may be missing; their wrappers then return an *Error with code
-// ResultSymbolNotFound.
+// gpurt.ResultSymbolNotFound.
 //
 // # Devices and OS threads
 //
@@ -48,9 +48,12 @@
 // # Memory and cgo pointer rules
 //
 // DevicePtr is a device address (an integer, never dereferenced by Go).
-// Synchronous copies take Go slices; asynchronous copies take HostMem,
-// pinned C memory from MemAllocHost. Kernel parameters are laid out by Args
-// and copied into C memory before hipModuleLaunchKernel sees them.
+// The memory, copy, launch and IPC calls are internal/binding/gpurt's,
+// shared with CUDA and instantiated with this binding's Runtime
+// (gpurt.MemAlloc[hip.Runtime](n)): synchronous copies take Go slices;
+// asynchronous copies take gpurt.HostMem, pinned C memory from
+// gpurt.MemAllocHost (hipHostMalloc). Kernel parameters are laid out by
+// Args and copied into C memory before hipModuleLaunchKernel sees them.
 //
 // # Errors
 //
@@ -60,7 +63,7 @@
 // errors.Is matches *Error values by code. Errors from loading wrap
 // ErrUnavailable.
 //
-// Handles (Stream, Event, Module, Function, Graph, GraphExec) are plain
+// Handles (Stream, Event, Module, Function, GraphExec) are plain
 // values; the zero Stream is the null stream. Whoever creates a handle
 // destroys it, once.
 package hip

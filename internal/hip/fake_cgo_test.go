@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/detcoll/detcoll/internal/binding/bindingtest"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 // A stand-in libamdhip64 built here with the host C compiler plays a ROCm 6
@@ -164,7 +165,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 	if ok, err := Device(0).CanAccessPeer(1); !ok || err != nil {
 		t.Fatal("peer access")
 	}
-	if err := Device(9).Do(func() error { return nil }); !errors.Is(err, &Error{Code: ResultInvalidDevice}) {
+	if err := Device(9).Do(func() error { return nil }); !errors.Is(err, &Error{Code: gpurt.ResultInvalidDevice}) {
 		t.Fatalf("bad device: %v", err)
 	}
 	err = Device(1).Do(func() error {
@@ -174,37 +175,37 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err := EnablePeerAccess(1); err != nil { // already enabled is not an error
 			return err
 		}
-		if _, err := MemAlloc(1 << 41); !errors.Is(err, &Error{Code: ResultOutOfMemory}) ||
+		if _, err := gpurt.MemAlloc[rt](1 << 41); !errors.Is(err, &Error{Code: gpurt.ResultOutOfMemory}) ||
 			!strings.Contains(err.Error(), "fake: out of memory") {
 			t.Errorf("huge alloc: %v", err)
 		}
-		buf, err := MemAlloc(256)
+		buf, err := gpurt.MemAlloc[rt](256)
 		if err != nil {
 			return err
 		}
 		src := []byte("deterministic collectives on ROCm")
-		host, err := MemAllocHost(len(src))
+		host, err := gpurt.MemAllocHost[rt](len(src))
 		if err != nil {
 			return err
 		}
-		defer MemFreeHost(host)
+		defer gpurt.MemFreeHost[rt](host)
 		copy(host.Bytes(), src)
-		s, err := StreamCreate(StreamNonBlocking)
+		s, err := StreamCreate(gpurt.StreamNonBlocking)
 		if err != nil {
 			return err
 		}
-		if err := MemcpyHtoDAsync(buf, host, 0, len(src), s); err != nil {
+		if err := gpurt.MemcpyHtoDAsync(buf, host, 0, len(src), s); err != nil {
 			return err
 		}
-		if err := MemcpyDtoDAsync(buf.Add(64), buf, len(src), s); err != nil {
+		if err := gpurt.MemcpyDtoDAsync(buf.Add(64), buf, len(src), s); err != nil {
 			return err
 		}
-		back, err := MemAllocHost(len(src))
+		back, err := gpurt.MemAllocHost[rt](len(src))
 		if err != nil {
 			return err
 		}
-		defer MemFreeHost(back)
-		if err := MemcpyDtoHAsync(back, 0, buf.Add(64), len(src), s); err != nil {
+		defer gpurt.MemFreeHost[rt](back)
+		if err := gpurt.MemcpyDtoHAsync(back, 0, buf.Add(64), len(src), s); err != nil {
 			return err
 		}
 		if string(back.Bytes()) != string(src) {
@@ -213,7 +214,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if done, err := s.Query(); done || err != nil {
 			t.Errorf("query of a busy stream: %v %v", done, err)
 		}
-		e, err := EventCreate(EventDisableTiming)
+		e, err := EventCreate(gpurt.EventDisableTiming)
 		if err != nil {
 			return err
 		}
@@ -227,7 +228,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := m.Function("nope"); !errors.Is(err, &Error{Code: ResultNotFound}) || !strings.Contains(err.Error(), "kernel nope") {
+		if _, err := m.Function("nope"); !errors.Is(err, &Error{Code: gpurt.ResultNotFound}) || !strings.Contains(err.Error(), "kernel nope") {
 			t.Errorf("missing kernel: %v", err)
 		}
 		f, err := m.Function("k")
@@ -236,22 +237,22 @@ func TestFakeRuntimeChild(t *testing.T) {
 		}
 		var a Args
 		a.Ptr(0xdeadbeef00).I32(-7).I64(1 << 40)
-		if err := LaunchKernel(f, Dim3{3, 1, 1}, Dim3{64, 1, 1}, 0, s, &a); err != nil {
+		if err := gpurt.LaunchKernel(f, Dim3{X: 3, Y: 1, Z: 1}, Dim3{X: 64, Y: 1, Z: 1}, 0, s, &a); err != nil {
 			return err
 		}
-		h, err := IpcGetMemHandle(buf)
+		h, err := gpurt.IpcGetMemHandle[rt](buf)
 		if err != nil {
 			return err
 		}
-		q, err := IpcOpenMemHandle(h)
+		q, err := gpurt.IpcOpenMemHandle(h)
 		if err != nil || q != buf {
 			t.Errorf("ipc open %x (want %x) %v", q, buf, err)
 		}
-		if err := IpcCloseMemHandle(q); err != nil {
+		if err := gpurt.IpcCloseMemHandle[rt](q); err != nil {
 			return err
 		}
-		var bad IpcMemHandle
-		if _, err := IpcOpenMemHandle(bad); !errors.Is(err, &Error{Code: ResultInvalidHandle}) {
+		var bad gpurt.IpcMemHandle[rt]
+		if _, err := gpurt.IpcOpenMemHandle(bad); !errors.Is(err, &Error{Code: gpurt.ResultInvalidHandle}) {
 			t.Errorf("bad handle: %v", err)
 		}
 		eh, err := IpcGetEventHandle(e)
@@ -267,7 +268,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err := s.Destroy(); err != nil {
 			return err
 		}
-		return MemFree(buf)
+		return gpurt.MemFree[rt](buf)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Optional entry points the stand-in lacks report themselves.
-	if _, err := (Stream(0)).EndCapture(); !errors.Is(err, &Error{Code: ResultSymbolNotFound}) {
+	if _, err := (Stream(0)).EndCapture(); !errors.Is(err, &Error{Code: gpurt.ResultSymbolNotFound}) {
 		t.Fatalf("missing optional symbol: %v", err)
 	}
 }

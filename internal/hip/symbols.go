@@ -39,13 +39,20 @@ const LibraryEnv = "DETCOLL_HIP_LIB"
 // and /opt/rocm/lib (often not on the loader path).
 func LibraryNames() []string {
 	sonames := []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
-	names := append([]string(nil), sonames...)
+	return append(sonames, UnderRoots(sonames...)...)
+}
+
+// UnderRoots is each of names under the lib directory of each ROCm root
+// (RocmRoots), root by root: where the ROCm libraries' candidates are
+// looked for after the loader path (hip, hiprtc, comgr, rccl).
+func UnderRoots(names ...string) []string {
+	var out []string
 	for _, r := range RocmRoots() {
-		for _, n := range sonames {
-			names = append(names, filepath.Join(r, "lib", n))
+		for _, n := range names {
+			out = append(out, filepath.Join(r, "lib", n))
 		}
 	}
-	return names
+	return out
 }
 
 // RocmRoots are the ROCm installation roots searched after the loader path:

@@ -3,42 +3,19 @@ package hip
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
-	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
 
-// Result is a hipError_t.
-type Result int32
+// Result is a hipError_t: gpurt's (HIP mirrors the CUDA driver's codes;
+// the shared ones are its Result* constants).
+type Result = gpurt.Result
 
-// The hipError_t codes detcoll tests for. ResultSymbolNotFound and
-// ResultUnavailable are detcoll's own (negative, never returned by HIP).
-const (
-	ResultSuccess            Result = 0
-	ResultInvalidValue       Result = 1
-	ResultOutOfMemory        Result = 2
-	ResultNotInitialized     Result = 3
-	ResultNoDevice           Result = 100
-	ResultInvalidDevice      Result = 101
-	ResultInvalidImage       Result = 200
-	ResultNoBinaryForGPU     Result = 209
-	ResultPeerAccessUnsupp   Result = 217
-	ResultInvalidHandle      Result = 400
-	ResultNotFound           Result = 500
-	ResultNotReady           Result = 600
-	ResultIllegalAddress     Result = 700
-	ResultPeerAlreadyEnabled Result = 704
-	ResultLaunchFailure      Result = 719
-	ResultNotSupported       Result = 801
-	ResultCaptureInvalidated Result = 901
-	ResultUnknown            Result = 999
-
-	ResultSymbolNotFound Result = -1
-	ResultUnavailable    Result = -2
-)
+// ResultInvalidImage is a hipError_t detcoll names that the driver API
+// names otherwise.
+const ResultInvalidImage Result = 200
 
 // resultNames is hipError_t of ROCm 6 (a superset of ROCm 5's: the codes
 // kept their values). Aliases (hipErrorMemoryAllocation = 2, …) are
@@ -54,7 +31,7 @@ func ResultName(r Result) string {
 // Error is a failed runtime call: Code, Name (the library's name of the code),
 // Message (its description, when known) and Call (the exported symbol
 // called). Its message starts "hip: "; errors.Is matches it by code, and a
-// load failure (ResultUnavailable) wraps ErrUnavailable. It is
+// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
 // internal/binding's error type, instantiated for this binding.
 type Error = binding.Error[Result, vendor]
 
@@ -66,8 +43,9 @@ var ErrUnavailable = errors.New("hip: runtime unavailable")
 // Device is a HIP device ordinal.
 type Device int32
 
-// DevicePtr is a device address (hipDeviceptr_t).
-type DevicePtr = devrt.Ptr // shared with internal/cuda through gpu/devrt
+// DevicePtr is a device address (hipDeviceptr_t; gpurt's, shared with
+// internal/cuda and gpu/devrt).
+type DevicePtr = gpurt.DevicePtr
 
 // Stream is a hipStream_t; the zero value is the null stream.
 type Stream = gpurt.Stream[rt]
@@ -81,38 +59,14 @@ type Module = gpurt.Module[rt]
 // Function is a hipFunction_t.
 type Function = gpurt.Function[rt]
 
-// Graph is a hipGraph_t.
-type Graph = gpurt.Graph[rt]
-
 // GraphExec is a hipGraphExec_t.
 type GraphExec = gpurt.GraphExec[rt]
-
-// IpcMemHandle is a hipIpcMemHandle_t (HIP_IPC_HANDLE_SIZE = 64 bytes).
-type IpcMemHandle [64]byte
 
 // IpcEventHandle is a hipIpcEventHandle_t (64 bytes).
 type IpcEventHandle [64]byte
 
-// HostMem is pinned host memory from MemAllocHost (C memory: Go may read
-// and write it through Bytes, and the runtime may use it asynchronously).
-type HostMem struct {
-	p unsafe.Pointer
-	n int
-}
-
-// Len is the size in bytes.
-func (h HostMem) Len() int { return h.n }
-
-// Bytes is a Go view of the memory (valid until MemFreeHost).
-func (h HostMem) Bytes() []byte {
-	if h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.n)
-}
-
 // Dim3 is a grid or block shape.
-type Dim3 struct{ X, Y, Z uint32 }
+type Dim3 = gpurt.Dim3
 
 // DeviceAttribute is a hipDeviceAttribute_t (values of ROCm 5.x and 6.x,
 // which agree).
@@ -136,54 +90,14 @@ const (
 	AttrWarpSize               DeviceAttribute = 87 // the wavefront: 64 on CDNA (gfx9), 32 or 64 on RDNA
 )
 
-// FunctionAttribute is a hipFunction_attribute.
-type FunctionAttribute = gpurt.FunctionAttribute
-
-// Function attributes (for reports: registers, spills).
-const (
-	FuncMaxThreadsPerBlock FunctionAttribute = 0
-	FuncSharedSizeBytes    FunctionAttribute = 1
-	FuncConstSizeBytes     FunctionAttribute = 2
-	FuncLocalSizeBytes     FunctionAttribute = 3
-	FuncNumRegs            FunctionAttribute = 4
-)
-
-// Stream, event and IPC flags.
-const (
-	StreamDefault     uint32 = 0
-	StreamNonBlocking uint32 = 1
-
-	EventDefault       uint32 = 0
-	EventBlockingSync  uint32 = 1
-	EventDisableTiming uint32 = 2
-	EventInterprocess  uint32 = 4
-
-	// IpcMemLazyEnablePeerAccess is the one flag hipIpcOpenMemHandle takes.
-	IpcMemLazyEnablePeerAccess uint32 = 1
-)
-
-// CaptureMode is a hipStreamCaptureMode.
-type CaptureMode = gpurt.CaptureMode
-
-const (
-	CaptureGlobal      CaptureMode = 0
-	CaptureThreadLocal CaptureMode = 1
-	CaptureRelaxed     CaptureMode = 2
-)
-
-// CaptureStatus is a hipStreamCaptureStatus.
-type CaptureStatus = gpurt.CaptureStatus
-
-const (
-	CaptureNone        CaptureStatus = 0
-	CaptureActive      CaptureStatus = 1
-	CaptureInvalidated CaptureStatus = 2
-)
-
-// Kernel parameter limits of Args.
-const (
-	MaxArgBytes = kparams.MaxArgBytes
-	MaxArgs     = kparams.MaxArgs
+// FunctionAttribute is a hipFunction_attribute; CaptureMode and
+// CaptureStatus are hipStreamCaptureMode and hipStreamCaptureStatus. Their
+// values, and the stream and event flags, are gpurt's constants: HIP mirrors
+// the CUDA driver's.
+type (
+	FunctionAttribute = gpurt.FunctionAttribute
+	CaptureMode       = gpurt.CaptureMode
+	CaptureStatus     = gpurt.CaptureStatus
 )
 
 // Args lays out kernel parameters, one call per parameter of the kernel, in

@@ -21,17 +21,9 @@ var ErrUnavailable = errors.New("hiprtc: unavailable")
 // not know the processor asked for.
 var ErrTargetUnsupported = errors.New("hiprtc: target not supported by this hiprtc")
 
-// Result is a hiprtcResult.
-type Result int32
-
-// Results detcoll names.
-const (
-	ResultSuccess      Result = 0
-	ResultInvalidInput Result = 3
-	ResultInvalidOpt   Result = 5
-	ResultCompilation  Result = 6
-	ResultUnavailable  Result = -2
-)
+// Result is internal/binding/rtc's (hiprtc mirrors NVRTC's codes); its
+// constants are rtc.Result*.
+type Result = rtc.Result
 
 // ResultName is the HIPRTC_* name of a code (the table in symbols.txt),
 // or "HIPRTC_ERROR_<n>".
@@ -40,7 +32,7 @@ func ResultName(r Result) string { return binding.Name(resultNames, resultFallba
 // Error is a failed hiprtc call: Code, Name, Message, Call (the entry point)
 // and, for compilation failures, Log (the program log). Its message starts
 // "hiprtc: "; errors.Is matches it by code, and a load failure
-// (ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
+// (rtc.ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
 // LogError, instantiated for this binding.
 type Error = binding.LogError[Result, vendor]
 
@@ -52,9 +44,11 @@ func (vendor) Name() string { return "hiprtc" }
 // Unavailable is the error load failures wrap.
 func (vendor) Unavailable() error { return ErrUnavailable }
 
-func errorOf(call string, r Result) error {
-	return rtc.ErrorOf[Result, vendor](syms.Ptr(hiprtcGetErrorString), ResultName, call, r)
-}
+// lib is the load, path, version and error mapping shared with the other
+// compiler binding.
+var lib = &rtc.Library[sym, vendor]{Table: syms, Load: load, Names: ResultName, VersionSym: hiprtcVersion, ErrorString: hiprtcGetErrorString}
+
+func errorOf(call string, r Result) error { return lib.ErrorOf(call, r) }
 
 var (
 	comgrOnce sync.Once
@@ -62,31 +56,15 @@ var (
 	comgrErr  error
 )
 
-// Init loads hiprtc once per process.
-func Init() error { return syms.Load(load) }
-
-// Available reports why hiprtc cannot be used here, or nil.
-func Available() error { return Init() }
+// Available reports why hiprtc cannot be used here, or nil (it loads the
+// library once per process).
+func Available() error { return lib.Init() }
 
 // LibraryPath is the hiprtc library loaded ("" if none).
-func LibraryPath() string { return syms.LoadedPath(Init) }
+func LibraryPath() string { return lib.Path() }
 
-// Version is hiprtc's (major, minor).
-func Version() (major, minor int, err error) {
-	if err := Init(); err != nil {
-		return 0, 0, err
-	}
-	return rVersion()
-}
-
-// VersionString is "major.minor", "" when unavailable.
-func VersionString() string {
-	ma, mi, err := Version()
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d.%d", ma, mi)
-}
+// VersionString is hiprtc's "major.minor", "" when unavailable.
+func VersionString() string { return lib.VersionString() }
 
 // SupportedTargets lists the processors (gfx90a, gfx942, …) that the
 // code object manager next to hiprtc can compile for, sorted; nil with an
@@ -208,7 +186,7 @@ var (
 // Compile compiles source without any cache or check. name is the program
 // name used in messages; options must name the target (see Options).
 func Compile(source, name string, options []string) (image []byte, log string, err error) {
-	if err := Init(); err != nil {
+	if err := lib.Init(); err != nil {
 		return nil, "", err
 	}
 	mu.Lock()
@@ -236,7 +214,7 @@ func CheckTarget(processor string) error {
 // target, using and filling the caches, and checks the code object
 // (Inspect, CheckArithmetic) before returning or caching it.
 func Build(source, name, target string, extra ...string) (*Program, error) {
-	if err := Init(); err != nil {
+	if err := lib.Init(); err != nil {
 		return nil, err
 	}
 	proc, _, err := ParseTargetID(target)
@@ -257,34 +235,30 @@ func Build(source, name, target string, extra ...string) (*Program, error) {
 	}
 	key := CacheKey(source, opts, ver, filepath.Base(libFile), proc)
 
-	if q, ok := memCache.Get(key); ok {
-		q.From = "memory"
-		return q, nil
-	}
-
-	p := &Program{Processor: proc, Options: opts, Key: key, Version: ver}
-	path := cachePath(key)
-	if b := kcache.Read(path); b != nil {
-		if obj, err := checkImage(b, proc); err == nil {
-			p.Image, p.Object, p.From = b, obj, "disk"
-		}
-	}
-	if p.Image == nil {
-		img, log, err := Compile(source, name, opts)
-		if err != nil {
-			return nil, err
-		}
-		obj, err := checkImage(img, proc)
-		if err != nil {
-			return nil, fmt.Errorf("hiprtc: %s for %s: %w", name, proc, err)
-		}
-		p.Image, p.Object, p.Log, p.From = img, obj, log, "compiled"
-		if path != "" {
-			kcache.WriteAtomic(path, img) // best effort
-		}
-	}
-	memCache.Put(key, p)
-	return p, nil
+	base := Program{Processor: proc, Options: opts, Key: key, Version: ver}
+	return memCache.Fetch(key, cachePath(key), func(p *Program, from string) { p.From = from },
+		func(b []byte) *Program {
+			obj, err := checkImage(b, proc)
+			if err != nil {
+				return nil // recompile: the cached file is not a code object detcoll accepts
+			}
+			p := base
+			p.Image, p.Object = b, obj
+			return &p
+		},
+		func() (*Program, []byte, error) {
+			img, log, err := Compile(source, name, opts)
+			if err != nil {
+				return nil, nil, err
+			}
+			obj, err := checkImage(img, proc)
+			if err != nil {
+				return nil, nil, fmt.Errorf("hiprtc: %s for %s: %w", name, proc, err)
+			}
+			p := base
+			p.Image, p.Object, p.Log = img, obj, log
+			return &p, img, nil
+		})
 }
 
 func checkImage(img []byte, proc string) (*CodeObject, error) {
@@ -303,9 +277,6 @@ func checkImage(img []byte, proc string) (*CodeObject, error) {
 
 // Invalidate forgets a cached image (memory and disk), e.g. after the
 // runtime refused to load it.
-func Invalidate(key string) {
-	memCache.Delete(key)
-	kcache.Remove(key, ".hsaco")
-}
+func Invalidate(key string) { memCache.Invalidate(key, ".hsaco") }
 
 func cachePath(key string) string { return kcache.Path(key, ".hsaco") }

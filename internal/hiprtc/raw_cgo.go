@@ -26,7 +26,7 @@ var comgr *dl.Library
 
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
-		e := binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
+		e := binding.LoadFailure[Result, vendor](err, ResultName(rtc.ResultUnavailable))
 		if e.Call == "dlsym" {
 			e.Message += " (no hiprtc in it)"
 		}
@@ -43,14 +43,6 @@ func comgrPath() string {
 }
 
 func entry(s sym) rtc.Entry { return rtc.Entry{Fn: syms.Ptr(s), Name: syms.API(s)} }
-
-func rVersion() (int, int, error) {
-	major, minor, r := rtc.Version(syms.Ptr(hiprtcVersion))
-	if err := errorOf(syms.API(hiprtcVersion), Result(r)); err != nil {
-		return 0, 0, err
-	}
-	return major, minor, nil
-}
 
 // rComgrISAs lists comgr's ISA names (amd_comgr_get_isa_name).
 func rComgrISAs() ([]string, error) {

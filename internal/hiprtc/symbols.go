@@ -1,8 +1,6 @@
 package hiprtc
 
 import (
-	"path/filepath"
-
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
@@ -28,26 +26,13 @@ const CacheEnv = kcache.Env
 // ROCm 7 and 6, then ROCm 5's runtime, which exports hiprtc itself; the
 // sonames on the loader path first, then under each ROCm root.
 func LibraryNames() []string {
-	sonames := []string{"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so"}
-	rt5 := "libamdhip64.so.5"
-	names := append(append([]string(nil), sonames...), rt5)
-	for _, r := range hip.RocmRoots() {
-		for _, n := range append(sonames, rt5) {
-			names = append(names, filepath.Join(r, "lib", n))
-		}
-	}
-	return names
+	names := []string{"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so", "libamdhip64.so.5"}
+	return append(names, hip.UnderRoots(names...)...)
 }
 
 // ComgrNames are the candidates for the code object manager that hiprtc
 // compiles with (libamd_comgr.so.3 from ROCm 7, .so.2 before).
 func ComgrNames() []string {
-	sonames := []string{"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so"}
-	names := append([]string(nil), sonames...)
-	for _, r := range hip.RocmRoots() {
-		for _, n := range sonames {
-			names = append(names, filepath.Join(r, "lib", n))
-		}
-	}
-	return names
+	names := []string{"libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so"}
+	return append(names, hip.UnderRoots(names...)...)
 }

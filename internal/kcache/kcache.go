@@ -145,3 +145,44 @@ func (c *Memory[P]) Delete(key string) {
 	delete(c.m, key)
 	c.mu.Unlock()
 }
+
+// Fetch is a compiler binding's cached build of the program of key: the
+// copy cached in memory (marked mark(p, "memory")), else the one fromDisk
+// makes of the image in the disk file at path (nil: unusable; marked
+// "disk"), else the one compile makes (marked "compiled"; its image is
+// written to path, best effort). A program not from memory is then cached
+// in memory. An error of compile is returned as it is, and nothing is
+// cached.
+func (c *Memory[P]) Fetch(key, path string, mark func(p *P, from string), fromDisk func(image []byte) *P,
+	compile func() (p *P, image []byte, err error)) (*P, error) {
+	if q, ok := c.Get(key); ok {
+		mark(q, "memory")
+		return q, nil
+	}
+	var p *P
+	if b := Read(path); b != nil {
+		if p = fromDisk(b); p != nil {
+			mark(p, "disk")
+		}
+	}
+	if p == nil {
+		var img []byte
+		var err error
+		if p, img, err = compile(); err != nil {
+			return nil, err
+		}
+		mark(p, "compiled")
+		if path != "" {
+			WriteAtomic(path, img)
+		}
+	}
+	c.Put(key, p)
+	return p, nil
+}
+
+// Invalidate forgets key: the memory copy and the disk files with each
+// extension (e.g. after the driver refused to load the image).
+func (c *Memory[P]) Invalidate(key string, exts ...string) {
+	c.Delete(key)
+	Remove(key, exts...)
+}

@@ -97,3 +97,50 @@ func TestMemory(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Fetch: compiled first (and written to disk), then from memory; with the
+// memory copy gone, from disk unless fromDisk refuses the file; an error
+// of compile caches nothing. Invalidate removes both copies.
+func TestFetchAndInvalidate(t *testing.T) {
+	type prog struct{ Image, From string }
+	t.Setenv(Env, t.TempDir())
+	var c Memory[prog]
+	compiles := 0
+	accept := true
+	mark := func(p *prog, from string) { p.From = from }
+	fromDisk := func(b []byte) *prog {
+		if !accept {
+			return nil
+		}
+		return &prog{Image: string(b)}
+	}
+	compile := func() (*prog, []byte, error) { compiles++; return &prog{Image: "img"}, []byte("img"), nil }
+	fetch := func(want string) {
+		t.Helper()
+		p, err := c.Fetch("k", Path("k", ".bin"), mark, fromDisk, compile)
+		if err != nil || p.From != want || p.Image != "img" {
+			t.Fatalf("Fetch = %+v, %v; want from %s", p, err, want)
+		}
+	}
+	fetch("compiled")
+	fetch("memory")
+	c.Delete("k")
+	fetch("disk")
+	c.Delete("k")
+	accept = false
+	fetch("compiled")
+	if compiles != 2 {
+		t.Fatalf("%d compiles, want 2", compiles)
+	}
+	c.Invalidate("k", ".bin")
+	if _, ok := c.Get("k"); ok || Read(Path("k", ".bin")) != nil {
+		t.Fatal("Invalidate left a copy")
+	}
+	boom := os.ErrPermission
+	if _, err := c.Fetch("k", Path("k", ".bin"), mark, fromDisk, func() (*prog, []byte, error) { return nil, nil, boom }); err != boom {
+		t.Fatalf("compile error %v", err)
+	}
+	if _, ok := c.Get("k"); ok || Read(Path("k", ".bin")) != nil {
+		t.Fatal("a failed compile was cached")
+	}
+}

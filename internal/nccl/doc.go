@@ -1,7 +1,8 @@
 // Package nccl is NCCL for the CUDA side of detcoll: it loads libnccl.so.2
 // (or the file named by $DETCOLL_NCCL_LIB) through the shared NCCL-API
 // binding internal/ccl and types device buffers and streams as the CUDA
-// driver binding's (cuda.DevicePtr, cuda.Stream). RCCL, the same API on
+// driver binding's (cuda.DevicePtr, cuda.Stream): Lib and Comm are ccl's
+// typed face instantiated with cuda.Runtime, the enums ccl's. RCCL, the same API on
 // ROCm, is internal/rccl over the same binding; neither package imports the
 // other's runtime, which is what keeps a -tags rocm build free of CUDA and
 // a -tags cuda build free of ROCm (docs/rocm.md).

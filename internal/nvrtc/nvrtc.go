@@ -45,17 +45,9 @@ func LibraryNames() []string {
 // ErrUnavailable is wrapped by errors meaning "no usable NVRTC here".
 var ErrUnavailable = errors.New("nvrtc: unavailable")
 
-// Result is an nvrtcResult.
-type Result int32
-
-// Results detcoll names.
-const (
-	ResultSuccess      Result = 0
-	ResultInvalidInput Result = 3
-	ResultInvalidOpt   Result = 5
-	ResultCompilation  Result = 6
-	ResultUnavailable  Result = -2
-)
+// Result is internal/binding/rtc's (hiprtc mirrors NVRTC's codes); its
+// constants are rtc.Result*.
+type Result = rtc.Result
 
 // ResultName is the NVRTC_* name of a code (the table in symbols.txt),
 // or "NVRTC_ERROR_<n>".
@@ -64,7 +56,7 @@ func ResultName(r Result) string { return binding.Name(resultNames, resultFallba
 // Error is a failed NVRTC call: Code, Name, Message, Call (the entry point)
 // and, for compilation failures, Log (the program log). Its message starts
 // "nvrtc: "; errors.Is matches it by code, and a load failure
-// (ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
+// (rtc.ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
 // LogError, instantiated for this binding.
 type Error = binding.LogError[Result, vendor]
 
@@ -76,40 +68,26 @@ func (vendor) Name() string { return "nvrtc" }
 // Unavailable is the error load failures wrap.
 func (vendor) Unavailable() error { return ErrUnavailable }
 
-func errorOf(call string, r Result) error {
-	return rtc.ErrorOf[Result, vendor](syms.Ptr(nvrtcGetErrorString), ResultName, call, r)
-}
+// lib is the load, path, version and error mapping shared with the other
+// compiler binding.
+var lib = &rtc.Library[sym, vendor]{Table: syms, Load: load, Names: ResultName, VersionSym: nvrtcVersion, ErrorString: nvrtcGetErrorString}
 
-// Init loads NVRTC once per process.
-func Init() error { return syms.Load(load) }
+func errorOf(call string, r Result) error { return lib.ErrorOf(call, r) }
 
-// Available reports why NVRTC cannot be used here, or nil.
-func Available() error { return Init() }
+// Available reports why NVRTC cannot be used here, or nil (it loads the
+// library once per process).
+func Available() error { return lib.Init() }
 
 // LibraryPath is the NVRTC library loaded ("" if none).
-func LibraryPath() string { return syms.LoadedPath(Init) }
+func LibraryPath() string { return lib.Path() }
 
-// Version is NVRTC's (major, minor).
-func Version() (major, minor int, err error) {
-	if err := Init(); err != nil {
-		return 0, 0, err
-	}
-	return rVersion()
-}
-
-// VersionString is "major.minor", "" when unavailable.
-func VersionString() string {
-	ma, mi, err := Version()
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d.%d", ma, mi)
-}
+// VersionString is NVRTC's "major.minor", "" when unavailable.
+func VersionString() string { return lib.VersionString() }
 
 // SupportedArchs lists the real architectures NVRTC can target (e.g. 90 for
 // sm_90), ascending. An NVRTC too old to say returns nil, nil.
 func SupportedArchs() ([]int, error) {
-	if err := Init(); err != nil {
+	if err := lib.Init(); err != nil {
 		return nil, err
 	}
 	a, err := rSupportedArchs()
@@ -205,7 +183,7 @@ var (
 // in messages. The image is CUBIN when cubin is true (options must name an
 // sm_ architecture), else PTX with a terminating NUL.
 func Compile(source, name string, options []string, cubin bool) (image []byte, log string, err error) {
-	if err := Init(); err != nil {
+	if err := lib.Init(); err != nil {
 		return nil, "", err
 	}
 	mu.Lock()
@@ -216,7 +194,7 @@ func Compile(source, name string, options []string, cubin bool) (image []byte, l
 // Build compiles source for a device of compute capability cc (major*10 +
 // minor), using and filling the caches.
 func Build(source, name string, cc int, extra ...string) (*Program, error) {
-	if err := Init(); err != nil {
+	if err := lib.Init(); err != nil {
 		return nil, err
 	}
 	archs, err := SupportedArchs()
@@ -234,36 +212,25 @@ func Build(source, name string, cc int, extra ...string) (*Program, error) {
 	ver := VersionString()
 	key := CacheKey(source, opts, ver, arch, cubin)
 
-	if q, ok := memCache.Get(key); ok {
-		q.From = "memory"
-		return q, nil
-	}
-
-	p := &Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
-	path := cachePath(key, cubin)
-	if b := kcache.Read(path); b != nil {
-		p.Image, p.From = b, "disk"
-	}
-	if p.Image == nil {
-		img, log, err := Compile(source, name, opts, cubin)
-		if err != nil {
-			return nil, err
-		}
-		p.Image, p.Log, p.From = img, log, "compiled"
-		if path != "" {
-			kcache.WriteAtomic(path, img) // best effort
-		}
-	}
-	memCache.Put(key, p)
-	return p, nil
+	base := Program{CUBIN: cubin, Arch: arch, Options: opts, Key: key, Version: ver}
+	return memCache.Fetch(key, cachePath(key, cubin), setFrom,
+		func(b []byte) *Program { p := base; p.Image = b; return &p },
+		func() (*Program, []byte, error) {
+			img, log, err := Compile(source, name, opts, cubin)
+			if err != nil {
+				return nil, nil, err
+			}
+			p := base
+			p.Image, p.Log = img, log
+			return &p, img, nil
+		})
 }
+
+func setFrom(p *Program, from string) { p.From = from }
 
 // Invalidate forgets a cached image (memory and disk), e.g. after the driver
 // refused to load it.
-func Invalidate(key string) {
-	memCache.Delete(key)
-	kcache.Remove(key, ".cubin", ".ptx")
-}
+func Invalidate(key string) { memCache.Invalidate(key, ".cubin", ".ptx") }
 
 func cachePath(key string, cubin bool) string {
 	if cubin {

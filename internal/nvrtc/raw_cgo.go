@@ -16,7 +16,7 @@ import (
 
 func load() error {
 	if err := syms.Open(LibraryEnv, LibraryNames()...); err != nil {
-		return binding.LoadFailure[Result, vendor](err, ResultName(ResultUnavailable))
+		return binding.LoadFailure[Result, vendor](err, ResultName(rtc.ResultUnavailable))
 	}
 	preloadBuiltins(syms.Path())
 	return nil
@@ -40,14 +40,6 @@ func preloadBuiltins(nvrtcPath string) {
 }
 
 func entry(s sym) rtc.Entry { return rtc.Entry{Fn: syms.Ptr(s), Name: syms.API(s)} }
-
-func rVersion() (int, int, error) {
-	major, minor, r := rtc.Version(syms.Ptr(nvrtcVersion))
-	if err := errorOf(syms.API(nvrtcVersion), Result(r)); err != nil {
-		return 0, 0, err
-	}
-	return major, minor, nil
-}
 
 func rSupportedArchs() ([]int, error) {
 	if !syms.Have(nvrtcGetNumSupportedArchs) || !syms.Have(nvrtcGetSupportedArchs) {
@@ -73,7 +65,7 @@ func rCompile(source, name string, options []string, cubin bool) ([]byte, string
 		Size: entry(nvrtcGetPTXSize), Get: entry(nvrtcGetPTX), Empty: "empty image"}
 	if cubin {
 		if !syms.Have(nvrtcGetCUBINSize) || !syms.Have(nvrtcGetCUBIN) {
-			return nil, "", &Error{Code: ResultInvalidInput, Name: ResultName(ResultInvalidInput), Call: "nvrtcGetCUBIN", Message: "this NVRTC cannot emit CUBIN"}
+			return nil, "", &Error{Code: rtc.ResultInvalidInput, Name: ResultName(rtc.ResultInvalidInput), Call: "nvrtcGetCUBIN", Message: "this NVRTC cannot emit CUBIN"}
 		}
 		p.Size, p.Get = entry(nvrtcGetCUBINSize), entry(nvrtcGetCUBIN)
 	}

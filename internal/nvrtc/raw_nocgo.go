@@ -2,12 +2,10 @@
 
 package nvrtc
 
-func load() error {
-	return &Error{Code: ResultUnavailable, Name: ResultName(ResultUnavailable),
-		Message: "unavailable: built without cgo", Call: "dlopen"}
-}
+import "github.com/detcoll/detcoll/internal/binding/rtc"
 
-func rVersion() (int, int, error)     { return 0, 0, load() }
+func load() error { return rtc.NoCgo[vendor](ResultName) }
+
 func rSupportedArchs() ([]int, error) { return nil, load() }
 func rCompile(string, string, []string, bool) ([]byte, string, error) {
 	return nil, "", load()

@@ -73,3 +73,40 @@ func Tail(b *strings.Builder, peer [][]bool, errs []string) {
 		fmt.Fprintf(b, "error: %s\n", e)
 	}
 }
+
+// Library is one library's fields of a probe: its version and path when it
+// loaded (loadErr nil), with problem the reason its version could not be
+// read; else problem "no <name>: <loadErr>". path and version are called
+// only for a loaded library.
+func Library(name string, loadErr error, path func() string, version func() (string, error)) (v, p, problem string) {
+	if loadErr != nil {
+		return "", "", "no " + name + ": " + loadErr.Error()
+	}
+	v, err := version()
+	if err != nil {
+		return "", path(), err.Error()
+	}
+	return v, path(), ""
+}
+
+// VersionLine writes a library's report line: "key version (path)", else
+// the reason it is unavailable (Line).
+func VersionLine(b *strings.Builder, key, version, path, err string) {
+	if version != "" && path != "" {
+		version += " (" + path + ")"
+	}
+	Line(b, key, version, err)
+}
+
+// Errs collects the errors of one device's probe calls.
+type Errs []string
+
+// Note adds err, if any.
+func (e *Errs) Note(err error) {
+	if err != nil {
+		*e = append(*e, err.Error())
+	}
+}
+
+// String is the errors joined by "; " ("" for none).
+func (e Errs) String() string { return strings.Join(e, "; ") }

@@ -43,3 +43,31 @@ func TestPeerAccessAndTail(t *testing.T) {
 		t.Fatal("empty")
 	}
 }
+
+func TestLibraryAndErrs(t *testing.T) {
+	never := func() string { t.Error("path of an unloaded library asked"); return "" }
+	if v, p, e := Library("NCCL", errors.New("dlopen failed"), never, nil); v != "" || p != "" || e != "no NCCL: dlopen failed" {
+		t.Errorf("unloaded: %q %q %q", v, p, e)
+	}
+	path := func() string { return "/x/libnccl.so.2" }
+	if v, p, e := Library("NCCL", nil, path, func() (string, error) { return "2.27.3", nil }); v != "2.27.3" || p != "/x/libnccl.so.2" || e != "" {
+		t.Errorf("loaded: %q %q %q", v, p, e)
+	}
+	if v, p, e := Library("NCCL", nil, path, func() (string, error) { return "0.0.0", errors.New("ncclGetVersion failed") }); v != "" || p != "/x/libnccl.so.2" || e != "ncclGetVersion failed" {
+		t.Errorf("no version: %q %q %q", v, p, e)
+	}
+	var b strings.Builder
+	VersionLine(&b, "RCCL", "2.22.3", "/opt/rocm/lib/librccl.so.1", "")
+	VersionLine(&b, "hiprtc", "6.4", "", "")
+	VersionLine(&b, "CUDA driver", "", "", "no CUDA driver: x")
+	if want := "RCCL           2.22.3 (/opt/rocm/lib/librccl.so.1)\nhiprtc         6.4\nCUDA driver    unavailable: no CUDA driver: x\n"; b.String() != want {
+		t.Errorf("got %q\nwant %q", b.String(), want)
+	}
+	var errs Errs
+	errs.Note(nil)
+	errs.Note(errors.New("a"))
+	errs.Note(errors.New("b"))
+	if errs.String() != "a; b" || (Errs{}).String() != "" {
+		t.Errorf("errs %q", errs.String())
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/ccl/ccltest"
 	"github.com/detcoll/detcoll/internal/hip"
 )
@@ -30,22 +31,22 @@ func TestFakeRCCL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AllGather(hip.DevicePtr(0xa0), hip.DevicePtr(0xb0), 64, Uint8, hip.Stream(0x77)); err != nil {
+	if err := c.AllGather(hip.DevicePtr(0xa0), hip.DevicePtr(0xb0), 64, ccl.Uint8, hip.Stream(0x77)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.GroupStart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Send(hip.DevicePtr(0xa0), 8, BFloat16, 3, hip.Stream(0x77)); err != nil {
+	if err := c.Send(hip.DevicePtr(0xa0), 8, ccl.BFloat16, 3, hip.Stream(0x77)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Recv(hip.DevicePtr(0xb0), 8, BFloat16, 3, hip.Stream(0x77)); err != nil {
+	if err := c.Recv(hip.DevicePtr(0xb0), 8, ccl.BFloat16, 3, hip.Stream(0x77)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.GroupEnd(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AllReduce(hip.DevicePtr(0xa0), hip.DevicePtr(0xb0), 999, Float32, Sum, 0); err == nil ||
+	if err := c.AllReduce(hip.DevicePtr(0xa0), hip.DevicePtr(0xb0), 999, ccl.Float32, ccl.Sum, 0); err == nil ||
 		!strings.HasPrefix(err.Error(), "rccl: ncclAllReduce: ncclInvalidUsage") {
 		t.Fatalf("failing call: %v", err)
 	}

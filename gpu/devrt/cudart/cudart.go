@@ -14,6 +14,7 @@ import (
 
 	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/devrt/rtshared"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/cuda"
 	"github.com/detcoll/detcoll/internal/nccl"
@@ -23,10 +24,11 @@ import (
 func init() { devrt.Register(Runtime) }
 
 // Runtime is the CUDA devrt.Runtime.
-var Runtime devrt.Runtime = rt{}
+var Runtime devrt.Runtime = rt{rtshared.Ops[cuda.Runtime, cuda.Args, *cuda.Args]{Name: "cudart"}}
 
 type rt struct {
-	rtshared.Ops[cuda.Runtime] // streams, events, modules, functions, graphs
+	// streams, events, modules, functions, graphs, memory, launches, IPC
+	rtshared.Ops[cuda.Runtime, cuda.Args, *cuda.Args]
 }
 
 func (rt) Vendor() string  { return "cuda" }
@@ -113,7 +115,7 @@ func (c *context) CanAccessPeer(peer int) (bool, error) {
 }
 
 func (c *context) Capture(s devrt.Stream, fn func() error) (devrt.GraphExec, error) {
-	g, err := cuda.Capture(c.ctx, cuda.Stream(s), cuda.CaptureThreadLocal, fn)
+	g, err := cuda.Capture(c.ctx, cuda.Stream(s), gpurt.CaptureThreadLocal, fn)
 	return devrt.GraphExec(g), err
 }
 
@@ -141,57 +143,6 @@ func (rt) Build(source, name string, p devrt.Props) (*devrt.Program, error) {
 }
 
 func (rt) Invalidate(key string) { nvrtc.Invalidate(key) }
-
-func (rt) MemAlloc(n int) (devrt.Ptr, error) { return cuda.MemAlloc(n) }
-func (rt) MemFree(p devrt.Ptr) error         { return cuda.MemFree(p) }
-func (rt) MemGetAddressRange(p devrt.Ptr) (devrt.Ptr, uint64, error) {
-	return cuda.MemGetAddressRange(p)
-}
-func (rt) MemGetInfo() (free, total uint64, err error) { return cuda.MemGetInfo() }
-func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return cuda.MemcpyHtoD(dst, src) }
-func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return cuda.MemcpyDtoH(dst, src) }
-func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return cuda.MemcpyDtoD(dst, src, n) }
-func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return cuda.MemsetD8(p, v, n) }
-func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
-	return cuda.MemcpyDtoDAsync(dst, src, n, cuda.Stream(s))
-}
-
-func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
-	m, err := cuda.ModuleLoadData(image)
-	return devrt.Module(m), err
-}
-
-// args is cuda.Args behind devrt.Args.
-type args = rtshared.Args[cuda.Args, *cuda.Args]
-
-func (rt) NewArgs() devrt.Args { return new(args) }
-
-func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
-	ca, err := rtshared.Unwrap[cuda.Args, *cuda.Args](a, "cudart")
-	if err != nil {
-		return err
-	}
-	return cuda.LaunchKernel(cuda.Function(f), cuda.Dim3(grid), cuda.Dim3(block), shared, cuda.Stream(s), ca)
-}
-
-func (rt) HostAlloc(n int) (devrt.HostMem, error) {
-	h, err := cuda.MemAllocHost(n)
-	return devrt.HostMem{Bytes: h.Bytes(), Handle: h}, err
-}
-
-func (rt) HostFree(h devrt.HostMem) error {
-	ch, _ := h.Handle.(cuda.HostMem)
-	return cuda.MemFreeHost(ch)
-}
-
-func (rt) IpcGetMemHandle(p devrt.Ptr) (devrt.IpcHandle, error) {
-	h, err := cuda.IpcGetMemHandle(p)
-	return devrt.IpcHandle(h), err
-}
-func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
-	return cuda.IpcOpenMemHandle(cuda.IpcMemHandle(h))
-}
-func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return cuda.IpcCloseMemHandle(p) }
 
 func (rt) DeviceUUID(ordinal int) ([16]byte, error) {
 	d, err := cuda.DeviceGet(ordinal)

@@ -62,22 +62,13 @@ func Probe() Info {
 		}
 		probeGPUs(&info)
 	}
-	if err := nvrtc.Available(); err != nil {
-		info.NVRTCError = "no NVRTC: " + err.Error()
-	} else {
-		info.NVRTCLibrary = nvrtc.LibraryPath()
-		info.NVRTCVersion = nvrtc.VersionString()
-	}
-	if l, err := nccl.Default(); err != nil {
-		info.NCCLError = "no NCCL: " + err.Error()
-	} else {
-		info.NCCLLibrary = l.Path()
-		if v, err := l.Version(); err == nil {
-			info.NCCLVersion = v.String()
-		} else {
-			info.NCCLError = err.Error()
-		}
-	}
+	info.NVRTCVersion, info.NVRTCLibrary, info.NVRTCError = probefmt.Library("NVRTC", nvrtc.Available(), nvrtc.LibraryPath,
+		func() (string, error) { return nvrtc.VersionString(), nil })
+	l, err := nccl.Default()
+	info.NCCLVersion, info.NCCLLibrary, info.NCCLError = probefmt.Library("NCCL", err, l.Path, func() (string, error) {
+		v, err := l.Version()
+		return v.String(), err
+	})
 	return info
 }
 
@@ -100,28 +91,23 @@ func probeGPUs(info *Info) {
 			continue
 		}
 		devs[i] = d
-		var errs []string
-		note := func(err error) {
-			if err != nil {
-				errs = append(errs, err.Error())
-			}
-		}
+		var errs probefmt.Errs
 		g.Name, err = d.Name()
-		note(err)
+		errs.Note(err)
 		ma, mi, err := d.ComputeCapability()
-		note(err)
+		errs.Note(err)
 		g.ComputeCapability = fmt.Sprintf("%d.%d", ma, mi)
 		g.TotalMemory, err = d.TotalMem()
-		note(err)
+		errs.Note(err)
 		g.Multiprocessors, err = d.Attribute(cuda.AttrMultiprocessorCount)
-		note(err)
+		errs.Note(err)
 		if id, err := d.PCIBusID(); err == nil {
 			g.PCIBusID = id
 		}
 		if u, err := d.UUID(); err == nil {
 			g.UUID = formatUUID(u)
 		}
-		g.Error = strings.Join(errs, "; ")
+		g.Error = errs.String()
 		info.GPUs = append(info.GPUs, g)
 	}
 	if n > 0 {
@@ -175,23 +161,18 @@ func isVersion(w string) bool {
 // String is a human-readable report (for `detcoll env`).
 func (i Info) String() string {
 	var b strings.Builder
-	line := func(k, v, e string) { probefmt.Line(&b, k, v, e) }
-	line("NVIDIA driver", i.DriverVersion, "")
-	cudaV := i.CUDAVersion
-	if cudaV != "" && i.CUDALibrary != "" {
-		cudaV += " (" + i.CUDALibrary + ")"
+	probefmt.Line(&b, "NVIDIA driver", i.DriverVersion, "")
+	probefmt.VersionLine(&b, "CUDA driver", i.CUDAVersion, i.CUDALibrary, i.CUDAError)
+	// NVRTC and NCCL name their path whenever they have a version (an empty
+	// path shows as "()": the report has always read so).
+	withPath := func(v, path string) string {
+		if v != "" {
+			v += " (" + path + ")"
+		}
+		return v
 	}
-	line("CUDA driver", cudaV, i.CUDAError)
-	nv := i.NVRTCVersion
-	if nv != "" {
-		nv += " (" + i.NVRTCLibrary + ")"
-	}
-	line("NVRTC", nv, i.NVRTCError)
-	nc := i.NCCLVersion
-	if nc != "" {
-		nc += " (" + i.NCCLLibrary + ")"
-	}
-	line("NCCL", nc, i.NCCLError)
+	probefmt.Line(&b, "NVRTC", withPath(i.NVRTCVersion, i.NVRTCLibrary), i.NVRTCError)
+	probefmt.Line(&b, "NCCL", withPath(i.NCCLVersion, i.NCCLLibrary), i.NCCLError)
 	probefmt.Field(&b, "GPUs", strconv.Itoa(len(i.GPUs)))
 	for _, g := range i.GPUs {
 		fmt.Fprintf(&b, "  %d: %s, cc %s, %.1f GiB, %d SMs, %s %s", g.Ordinal, g.Name, g.ComputeCapability,

@@ -5,6 +5,7 @@ package hiprt
 import (
 	"bytes"
 	"errors"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -200,7 +201,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := r.ModuleFunction(m, "nope"); !errors.Is(err, &hip.Error{Code: hip.ResultNotFound}) {
+		if _, err := r.ModuleFunction(m, "nope"); !errors.Is(err, &hip.Error{Code: gpurt.ResultNotFound}) {
 			t.Errorf("missing kernel: %v", err)
 		}
 		f, err := r.ModuleFunction(m, "k")
@@ -229,7 +230,7 @@ func TestFakeRuntimeChild(t *testing.T) {
 		if err := r.IpcCloseMemHandle(q); err != nil {
 			return err
 		}
-		if _, err := r.IpcOpenMemHandle(devrt.IpcHandle{}); !errors.Is(err, &hip.Error{Code: hip.ResultInvalidHandle}) {
+		if _, err := r.IpcOpenMemHandle(devrt.IpcHandle{}); !errors.Is(err, &hip.Error{Code: gpurt.ResultInvalidHandle}) {
 			t.Errorf("bad IPC handle: %v", err)
 		}
 		hm, err := r.HostAlloc(48)

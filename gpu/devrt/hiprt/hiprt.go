@@ -21,6 +21,7 @@ import (
 
 	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/gpu/devrt/rtshared"
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/ccl"
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/hiprtc"
@@ -30,10 +31,11 @@ import (
 func init() { devrt.Register(Runtime) }
 
 // Runtime is the ROCm devrt.Runtime.
-var Runtime devrt.Runtime = rt{}
+var Runtime devrt.Runtime = rt{rtshared.Ops[hip.Runtime, hip.Args, *hip.Args]{Name: "hiprt"}}
 
 type rt struct {
-	rtshared.Ops[hip.Runtime] // streams, events, modules, functions, graphs
+	// streams, events, modules, functions, graphs, memory, launches, IPC
+	rtshared.Ops[hip.Runtime, hip.Args, *hip.Args]
 }
 
 func (rt) Vendor() string  { return "rocm" }
@@ -101,7 +103,7 @@ func (c *context) PCIBusID() (string, error) { return c.dev.PCIBusID() }
 func (c *context) CanAccessPeer(peer int) (bool, error) { return c.dev.CanAccessPeer(hip.Device(peer)) }
 
 func (c *context) Capture(s devrt.Stream, fn func() error) (devrt.GraphExec, error) {
-	g, err := hip.Capture(c.dev, hip.Stream(s), hip.CaptureThreadLocal, fn)
+	g, err := hip.Capture(c.dev, hip.Stream(s), gpurt.CaptureThreadLocal, fn)
 	return devrt.GraphExec(g), err
 }
 
@@ -129,57 +131,6 @@ func (rt) Build(source, name string, p devrt.Props) (*devrt.Program, error) {
 }
 
 func (rt) Invalidate(key string) { hiprtc.Invalidate(key) }
-
-func (rt) MemAlloc(n int) (devrt.Ptr, error) { return hip.MemAlloc(n) }
-func (rt) MemFree(p devrt.Ptr) error         { return hip.MemFree(p) }
-func (rt) MemGetAddressRange(p devrt.Ptr) (devrt.Ptr, uint64, error) {
-	return hip.MemGetAddressRange(p)
-}
-func (rt) MemGetInfo() (free, total uint64, err error) { return hip.MemGetInfo() }
-func (rt) MemcpyHtoD(dst devrt.Ptr, src []byte) error  { return hip.MemcpyHtoD(dst, src) }
-func (rt) MemcpyDtoH(dst []byte, src devrt.Ptr) error  { return hip.MemcpyDtoH(dst, src) }
-func (rt) MemcpyDtoD(dst, src devrt.Ptr, n int) error  { return hip.MemcpyDtoD(dst, src, n) }
-func (rt) MemsetD8(p devrt.Ptr, v byte, n int) error   { return hip.MemsetD8(p, v, n) }
-func (rt) MemcpyDtoDAsync(dst, src devrt.Ptr, n int, s devrt.Stream) error {
-	return hip.MemcpyDtoDAsync(dst, src, n, hip.Stream(s))
-}
-
-func (rt) ModuleLoad(image []byte) (devrt.Module, error) {
-	m, err := hip.ModuleLoadData(image)
-	return devrt.Module(m), err
-}
-
-// args is hip.Args behind devrt.Args.
-type args = rtshared.Args[hip.Args, *hip.Args]
-
-func (rt) NewArgs() devrt.Args { return new(args) }
-
-func (rt) Launch(f devrt.Function, grid, block devrt.Dim3, shared uint32, s devrt.Stream, a devrt.Args) error {
-	ha, err := rtshared.Unwrap[hip.Args, *hip.Args](a, "hiprt")
-	if err != nil {
-		return err
-	}
-	return hip.LaunchKernel(hip.Function(f), hip.Dim3(grid), hip.Dim3(block), shared, hip.Stream(s), ha)
-}
-
-func (rt) HostAlloc(n int) (devrt.HostMem, error) {
-	h, err := hip.MemAllocHost(n)
-	return devrt.HostMem{Bytes: h.Bytes(), Handle: h}, err
-}
-
-func (rt) HostFree(h devrt.HostMem) error {
-	hh, _ := h.Handle.(hip.HostMem)
-	return hip.MemFreeHost(hh)
-}
-
-func (rt) IpcGetMemHandle(p devrt.Ptr) (devrt.IpcHandle, error) {
-	h, err := hip.IpcGetMemHandle(p)
-	return devrt.IpcHandle(h), err
-}
-func (rt) IpcOpenMemHandle(h devrt.IpcHandle) (devrt.Ptr, error) {
-	return hip.IpcOpenMemHandle(hip.IpcMemHandle(h))
-}
-func (rt) IpcCloseMemHandle(p devrt.Ptr) error { return hip.IpcCloseMemHandle(p) }
 
 func (rt) DeviceUUID(ordinal int) ([16]byte, error) { return uuidOf(hip.Device(ordinal)) }
 

@@ -2,7 +2,10 @@
 // bindings (internal/cuda, internal/hip): the handle types whose calls have
 // the same C ABI on both (streams, events, graphs, modules, functions:
 // pointer-sized handles, int flags, int results), with their methods written
-// once. Each binding instantiates them with its Runtime, a zero-size type
+// once, and the memory, copy, launch and IPC calls, whose C signatures differ
+// only in the device-pointer type (integer CUdeviceptr, void* on HIP) and
+// the pinned allocator's flags: mem.go, with the flag and enum values both
+// vendors share (consts.go). Each binding instantiates them with its Runtime, a zero-size type
 // that maps an Op to its own entry point (the role table internal/bindgen
 // writes from its symbols.txt) and runs its call prologue and error mapping;
 // cuda.Stream is gpurt.Stream[cuda's runtime], hip.Stream
@@ -18,7 +21,7 @@ import "github.com/detcoll/detcoll/internal/binding"
 // Op is an entry point by its role, the same on both vendors.
 type Op int
 
-// The roles. Each binding's roles table maps every one to its symbol.
+// The roles. Each binding's symbol table names the entry point of every one.
 const (
 	OpStreamCreate Op = iota
 	OpStreamDestroy
@@ -42,6 +45,24 @@ const (
 	OpGraphLaunch
 	OpGraphDestroy
 	OpGraphExecDestroy
+	OpMemGetInfo
+	OpMemAlloc
+	OpMemFree
+	OpMemGetAddressRange
+	OpMemAllocHost
+	OpMemFreeHost
+	OpMemcpyHtoD
+	OpMemcpyDtoH
+	OpMemcpyDtoD
+	OpMemcpyHtoDAsync
+	OpMemcpyDtoHAsync
+	OpMemcpyDtoDAsync
+	OpMemsetD8
+	OpMemsetD8Async
+	OpLaunchKernel
+	OpIpcGetMemHandle
+	OpIpcOpenMemHandle
+	OpIpcCloseMemHandle
 	NumOps
 )
 
@@ -50,7 +71,10 @@ const (
 var opNames = [NumOps]string{"StreamCreate", "StreamDestroy", "StreamSynchronize", "StreamQuery", "StreamWaitEvent",
 	"StreamBeginCapture", "StreamEndCapture", "StreamIsCapturing", "EventCreate", "EventRecord", "EventSynchronize",
 	"EventQuery", "EventDestroy", "EventElapsedTime", "ModuleLoadData", "ModuleUnload", "ModuleGetFunction",
-	"FuncGetAttribute", "GraphInstantiate", "GraphLaunch", "GraphDestroy", "GraphExecDestroy"}
+	"FuncGetAttribute", "GraphInstantiate", "GraphLaunch", "GraphDestroy", "GraphExecDestroy",
+	"MemGetInfo", "MemAlloc", "MemFree", "MemGetAddressRange", "MemAllocHost", "MemFreeHost", "MemcpyHtoD",
+	"MemcpyDtoH", "MemcpyDtoD", "MemcpyHtoDAsync", "MemcpyDtoHAsync", "MemcpyDtoDAsync", "MemsetD8",
+	"MemsetD8Async", "LaunchKernel", "IpcGetMemHandle", "IpcOpenMemHandle", "IpcCloseMemHandle"}
 
 // String is the role's name.
 func (o Op) String() string {
@@ -70,17 +94,59 @@ func OpNamed(name string) (Op, bool) {
 	return 0, false
 }
 
-// Runtime is a binding's side of the shared calls: Call loads the library
-// if needed, checks that op's symbol is exported, calls do with its address
-// and maps the result to the binding's *Error (nil on success). The error
-// is an internal/binding Error, so its code and message are reachable here
-// (binding.CodeOf, binding.Annotate).
+// Runtime is a binding's runtime type: a zero-size type per binding (so
+// that cuda.Stream and hip.Stream are distinct types) whose one method is
+// its Binding, built once by NewBinding from the binding's symbol table.
 type Runtime interface {
-	Call(op Op, do func(fn uintptr) int32) error
+	Binding() *Binding
 }
 
-// notReady is CUDA_ERROR_NOT_READY and hipErrorNotReady: the same value.
-const notReady = 600
+// Binding is a binding's side of the shared calls: which entry point plays
+// each Op (the Role of its table's symbols, from symbols.txt's role=
+// entries), the binding's call prologue (load, optional-symbol check,
+// result → its *Error: an internal/binding Error, so binding.CodeOf and
+// binding.Annotate reach its code and message), its invalid-value error for
+// calls refused before they are made (negative size, empty grid), and its
+// ABI (mem.go).
+type Binding struct {
+	call    func(op Op, do func(fn uintptr) int32) error
+	invalid func(op Op, message string) error
+	abi     ABI
+}
+
+// NewBinding is the Binding of a table whose symbols name their roles.
+// call is the binding's prologue around one entry point's call; names and
+// invalidCode give the invalid-value error its code and name (Call is the
+// entry point's documented name). A role no symbol plays (internal/bindgen
+// refuses such a list) fails its calls with the invalid-value error.
+func NewBinding[S ~int, R ~int32, V binding.Vendor](t *binding.Table[S], call func(S, func() R) error,
+	names func(R) string, invalidCode R, abi ABI) *Binding {
+	var roles [NumOps]S
+	var have [NumOps]bool
+	for i, sym := range t.Symbols {
+		if op, ok := OpNamed(sym.Role); ok {
+			roles[op], have[op] = S(i), true
+		}
+	}
+	invalid := func(op Op, message string) error {
+		name := "role " + op.String()
+		if op >= 0 && op < NumOps && have[op] {
+			name = t.API(roles[op])
+		}
+		return &binding.Error[R, V]{Code: invalidCode, Name: names(invalidCode), Message: message, Call: name}
+	}
+	return &Binding{
+		call: func(op Op, do func(fn uintptr) int32) error {
+			if op < 0 || op >= NumOps || !have[op] {
+				return invalid(op, "no entry point plays this role")
+			}
+			s := roles[op]
+			return call(s, func() R { return R(do(t.Ptr(s))) })
+		},
+		invalid: invalid,
+		abi:     abi,
+	}
+}
 
 // CaptureMode is a stream capture mode (CUstreamCaptureMode,
 // hipStreamCaptureMode: the same values).
@@ -114,13 +180,13 @@ type GraphExec[R Runtime] uintptr
 
 func call[R Runtime](op Op, do func(fn uintptr) int32) error {
 	var r R
-	return r.Call(op, do)
+	return r.Binding().call(op, do)
 }
 
 // query maps "not ready" to (false, nil).
 func query[R Runtime](op Op, h uintptr) (bool, error) {
 	err := call[R](op, func(fn uintptr) int32 { return cH(fn, h) })
-	if c, ok := binding.CodeOf(err); ok && c == notReady {
+	if c, ok := binding.CodeOf(err); ok && c == int32(ResultNotReady) {
 		return false, nil
 	}
 	return err == nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/detcoll/detcoll/internal/binding"
 )
@@ -24,9 +25,21 @@ func (vendor) Unavailable() error { return errors.New("fake: unavailable") }
 
 type fakeErr = binding.Error[int32, vendor]
 
-func (fakeRT) Call(op Op, do func(uintptr) int32) error {
+func (fakeRT) Binding() *Binding { return fakeBinding }
+
+var fakeBinding = testBinding(func(op Op, do func(uintptr) int32) error {
 	calls = append(calls, op)
 	return fail[op]
+}, fakeInvalid, ABI{})
+
+// testBinding is a Binding from its parts, standing in for a vendor's.
+func testBinding(call func(op Op, do func(fn uintptr) int32) error, invalid func(op Op, message string) error, abi ABI) *Binding {
+	return &Binding{call: call, invalid: invalid, abi: abi}
+}
+
+// fakeInvalid names the op, as a binding names its documented entry point.
+func fakeInvalid(op Op, message string) error {
+	return &fakeErr{Code: 1, Name: "INVALID_VALUE", Message: message, Call: op.String()}
 }
 
 func reset() { calls, fail = nil, map[Op]error{} }
@@ -80,7 +93,7 @@ func TestZeroHandlesAreNoOps(t *testing.T) {
 
 func TestQueryAndAnnotate(t *testing.T) {
 	reset()
-	fail[OpStreamQuery] = &fakeErr{Code: notReady}
+	fail[OpStreamQuery] = &fakeErr{Code: int32(ResultNotReady)}
 	if done, err := Stream[fakeRT](1).Query(); done || err != nil {
 		t.Errorf("not ready stream: Query = %v, %v", done, err)
 	}
@@ -144,5 +157,126 @@ func TestOpNames(t *testing.T) {
 	}
 	if _, ok := OpNamed("Nothing"); ok || Op(-1).String() != "Op(?)" || NumOps.String() != "Op(?)" {
 		t.Error("unknown roles are named")
+	}
+}
+
+// noArgs is a packer with no parameters (kparams.Args' role in the tests).
+type noArgs struct{ err error }
+
+func (a *noArgs) Err() error                { return a.err }
+func (a *noArgs) Layout() ([]byte, []int32) { return nil, nil }
+
+func TestMemoryRoles(t *testing.T) {
+	reset()
+	s := Stream[fakeRT](1)
+	h := HostMem[fakeRT]{p: unsafe.Pointer(new([16]byte)), n: 16}
+	_, _, _ = MemGetInfo[fakeRT]()
+	_, _ = MemAlloc[fakeRT](8)
+	_ = MemFree[fakeRT](1)
+	_, _, _ = MemGetAddressRange[fakeRT](1)
+	_, _ = MemAllocHost[fakeRT](8)
+	_ = MemFreeHost(h)
+	_ = MemcpyHtoD[fakeRT](1, []byte{1})
+	_ = MemcpyDtoH[fakeRT]([]byte{1}, 1)
+	_ = MemcpyDtoD[fakeRT](1, 2, 8)
+	_ = MemcpyHtoDAsync(1, h, 0, 8, s)
+	_ = MemcpyDtoHAsync(h, 8, 1, 8, s)
+	_ = MemcpyDtoDAsync(1, 2, 8, s)
+	_ = MemsetD8[fakeRT](1, 0, 8)
+	_ = MemsetD8Async(1, 0, 8, s)
+	_ = LaunchKernel(Function[fakeRT](1), Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, s, (*noArgs)(nil))
+	_, _ = IpcGetMemHandle[fakeRT](1)
+	_, _ = IpcOpenMemHandle(IpcMemHandle[fakeRT]{})
+	_ = IpcCloseMemHandle[fakeRT](1)
+	_, _ = LoadModule[fakeRT]([]byte{1})
+	want := []Op{OpMemGetInfo, OpMemAlloc, OpMemFree, OpMemGetAddressRange, OpMemAllocHost, OpMemFreeHost,
+		OpMemcpyHtoD, OpMemcpyDtoH, OpMemcpyDtoD, OpMemcpyHtoDAsync, OpMemcpyDtoHAsync, OpMemcpyDtoDAsync,
+		OpMemsetD8, OpMemsetD8Async, OpLaunchKernel, OpIpcGetMemHandle, OpIpcOpenMemHandle, OpIpcCloseMemHandle,
+		OpModuleLoadData}
+	if !reflect.DeepEqual(calls, want) {
+		t.Errorf("roles called %v, want %v", calls, want)
+	}
+}
+
+// TestArgumentChecks: what is refused before a call is the binding's
+// invalid-value error naming the entry point, and empty work is no call.
+func TestArgumentChecks(t *testing.T) {
+	reset()
+	invalid := func(what string, err error, op Op, msg string) {
+		t.Helper()
+		var e *fakeErr
+		if !errors.As(err, &e) || e.Code != 1 || e.Call != op.String() || e.Message != msg {
+			t.Errorf("%s: %v, want the invalid-value error of %v: %s", what, err, op, msg)
+		}
+	}
+	_, err := MemAlloc[fakeRT](-1)
+	invalid("negative alloc", err, OpMemAlloc, "negative size -1")
+	_, err = MemAllocHost[fakeRT](-2)
+	invalid("negative host alloc", err, OpMemAllocHost, "negative size -2")
+	invalid("negative copy", MemcpyDtoD[fakeRT](1, 2, -3), OpMemcpyDtoD, "negative size -3")
+	invalid("negative fill", MemsetD8Async(1, 0, -4, Stream[fakeRT](0)), OpMemsetD8Async, "negative size -4")
+	h := HostMem[fakeRT]{n: 8}
+	invalid("copy past the host buffer", MemcpyHtoDAsync(0, h, 4, 8, 0), OpMemcpyHtoDAsync, "range [4, 12) outside host buffer of 8 bytes")
+	invalid("copy before the host buffer", MemcpyDtoHAsync(h, -1, 0, 1, 0), OpMemcpyDtoHAsync, "range [-1, 0) outside host buffer of 8 bytes")
+	_, err = LoadModule[fakeRT](nil)
+	invalid("empty image", err, OpModuleLoadData, "empty module image")
+	err = LaunchKernel(Function[fakeRT](1), Dim3{0, 1, 1}, Dim3{64, 1, 1}, 0, 0, &noArgs{})
+	invalid("empty grid", err, OpLaunchKernel, "empty launch grid {0 1 1} block {64 1 1}")
+	bad := errors.New("kernel parameter 0: too large")
+	if err := LaunchKernel(Function[fakeRT](1), Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, 0, &noArgs{err: bad}); err != bad {
+		t.Errorf("a packer's error: %v", err)
+	}
+	// Empty work and zero handles are no calls.
+	if p, err := MemAlloc[fakeRT](0); p != 0 || err != nil {
+		t.Errorf("zero alloc = %v, %v", p, err)
+	}
+	if h, err := MemAllocHost[fakeRT](0); h.Bytes() != nil || h.Len() != 0 || err != nil {
+		t.Errorf("zero host alloc = %v, %v", h, err)
+	}
+	for what, err := range map[string]error{"free 0": MemFree[fakeRT](0), "free host nil": MemFreeHost(HostMem[fakeRT]{}),
+		"empty HtoD": MemcpyHtoD[fakeRT](1, nil), "empty DtoH": MemcpyDtoH[fakeRT](nil, 1), "empty DtoD": MemcpyDtoD[fakeRT](1, 2, 0),
+		"empty fill": MemsetD8[fakeRT](1, 0, 0), "empty async copy": MemcpyHtoDAsync(1, h, 8, 0, 0)} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if len(calls) != 0 {
+		t.Errorf("refused or empty work called %v", calls)
+	}
+	if got := DevicePtr(0x1000).Add(0x20); got != 0x1020 {
+		t.Errorf("Add = %#x", got)
+	}
+}
+
+// NewBinding plays each role by the symbol of the table that names it, and
+// refuses a role no symbol plays.
+func TestNewBinding(t *testing.T) {
+	tab := binding.NewTable[int]([]binding.Symbol{{API: "xInit"}, {API: "xMalloc", Role: "MemAlloc"}, {API: "xFree", Role: "MemFree"}})
+	var got []int
+	b := NewBinding[int, int32, vendor](tab, func(s int, f func() int32) error {
+		got = append(got, s)
+		if r := f(); r != 0 {
+			return &fakeErr{Code: r}
+		}
+		return nil
+	}, func(int32) string { return "INVALID" }, 1, ABI{IntegerDevicePtr: true})
+	if err := b.call(OpMemFree, func(uintptr) int32 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.call(OpMemAlloc, func(uintptr) int32 { return 2 }); !errors.Is(err, &fakeErr{Code: 2}) {
+		t.Fatalf("result not mapped: %v", err)
+	}
+	if !reflect.DeepEqual(got, []int{2, 1}) {
+		t.Fatalf("symbols called %v, want [2 1]", got)
+	}
+	var e *fakeErr
+	if err := b.invalid(OpMemAlloc, "negative size -1"); !errors.As(err, &e) || e.Call != "xMalloc" || e.Code != 1 || e.Name != "INVALID" {
+		t.Fatalf("invalid-value error %#v", err)
+	}
+	if err := b.call(OpStreamCreate, func(uintptr) int32 { t.Error("called"); return 0 }); !errors.As(err, &e) || e.Call != "role StreamCreate" {
+		t.Fatalf("a role no symbol plays: %v", err)
+	}
+	if !b.abi.IntegerDevicePtr || len(got) != 2 {
+		t.Fatal("abi or extra calls")
 	}
 }

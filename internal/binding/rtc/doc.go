@@ -1,9 +1,10 @@
-// Package rtc is the shared cgo half of the two run-time kernel compilers'
+// Package rtc is the shared half of the two run-time kernel compilers'
 // bindings, internal/nvrtc and internal/hiprtc: hiprtc mirrors NVRTC's C
 // ABI (program handle, create/compile/log/size/get/destroy, the version and
-// error-string calls), so the trampolines and the compile flow are written
-// once here and each binding passes its resolved entry points, its names
-// (for errors) and its errorOf.
+// error-string calls) and its result codes, so the trampolines, the compile
+// flow, Result and Library (load, path, version, error mapping) are written
+// once here and each binding passes its table, its resolved entry points
+// and its names (for errors).
 //
 // Vendor-neutral: it names no library and no symbol; every name it prints
 // comes from the caller's Entry values. Built without cgo every call fails
