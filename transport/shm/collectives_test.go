@@ -183,3 +183,35 @@ func checkCollectives(t *testing.T, ctx context.Context, comms, ref []*detcoll.C
 		}
 	}
 }
+
+// TestCollectivesWideGroups: the window protocol for W = 6…16 (every
+// collective against the oracle and the in-process transport) with small
+// rings and 64 KiB window slots, so that pieces are used.
+func TestCollectivesWideGroups(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for w := 6; w <= 16; w++ {
+		ts := connectGroup(t, store.NewMemory(), uniquePrefix("wide"), w, Options{RingBytes: minRingBytes, WindowBytes: minWindowBytes})
+		comms := make([]*detcoll.Comm, w)
+		for r := range comms {
+			c, err := detcoll.New(ts[r])
+			if err != nil {
+				t.Fatal(err)
+			}
+			comms[r] = c
+		}
+		ref, err := detcoll.NewInProc(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, count := range []int{0, 1, w - 1, 257, 20_000} {
+			t.Run(fmt.Sprintf("W=%d/%d", w, count), func(t *testing.T) {
+				checkCollectives(t, ctx, comms, ref, dtype.BF16, count)
+			})
+		}
+		for r := range comms {
+			comms[r].Close()
+			ref[r].Close()
+		}
+	}
+}
