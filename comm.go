@@ -258,7 +258,7 @@ func (c *Comm) withTimeout(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, c.cfg.timeout)
 }
 
-func (c *Comm) resolve(opts []Option, bytes int) (Algorithm, Accumulate) {
+func (c *Comm) resolve(opts []Option, bytes, elems int) (Algorithm, Accumulate) {
 	cc := callConfig{alg: c.cfg.alg, acc: c.cfg.acc}
 	for _, o := range opts {
 		o(&cc)
@@ -267,6 +267,16 @@ func (c *Comm) resolve(opts []Option, bytes int) (Algorithm, Accumulate) {
 		cc.alg = GatherTree
 		if bytes >= autoA2ABytes && c.size > 2 {
 			cc.alg = A2ATree
+		}
+		if sh, _ := c.window(); sh != nil && c.size > 2 {
+			// Over a window the choice is between one publication and
+			// W-fold arithmetic per rank (gather) and two publications
+			// and 1/W of it (a2a): it turns on the element count, not the
+			// bytes (docs/shm.md).
+			cc.alg = GatherTree
+			if elems >= autoA2AWindowElems {
+				cc.alg = A2ATree
+			}
 		}
 	}
 	// No peer memory here: the IPC algorithms move the same bytes as their

@@ -97,6 +97,19 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // autoA2ABytes is the per-rank message size from which Auto uses A2ATree.
 const autoA2ABytes = 64 << 10
 
+// autoA2AWindowElems is the per-rank element count from which Auto uses
+// A2ATree over a shared window (W > 2). W = 4 on 2 cores, 2026-12-02: fp32
+// 64 KiB (16 Ki elements) gather 43–55 µs against a2a 66–74; 256 KiB (64 Ki)
+// even; bf16 64 KiB (32 Ki) gather 43–97 against a2a 35–43 (docs/shm.md).
+const autoA2AWindowElems = 32 << 10
+
+func elemsOf(bytes int, dt DType) int {
+	if sz := dt.Size(); sz > 0 {
+		return bytes / sz
+	}
+	return 0
+}
+
 // Sentinel errors; test with errors.Is.
 var (
 	ErrInvalidArgument = errors.New("invalid argument")
