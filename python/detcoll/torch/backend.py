@@ -31,6 +31,7 @@ library's device calls; other CUDA operations stage through host memory.
 import collections
 import ctypes
 import datetime
+import inspect
 import os
 import sys
 import threading
@@ -228,6 +229,12 @@ class _Op:
         self.fut = None
 
 
+_INLINE = _Op(None)  # the queue's head while an operation runs inline (_Queue.inline)
+_INLINE.state = _RUNNING
+_BUSY = object()  # _Queue.inline ran nothing
+get_ident = threading.get_ident
+
+
 class _Queue:
     """The group's operations in call order, run by one worker thread, or
     by the thread that waits for one before the worker took it (then no
@@ -249,7 +256,7 @@ class _Queue:
 
     def submit(self, fn, wake=True):
         op = _Op(fn)
-        me = threading.get_ident()
+        me = get_ident()
         with self._lock:
             if self._closed:
                 raise _errors.ClosedError("detcoll process group destroyed", code=_errors.CLOSED, function="submit")
@@ -302,6 +309,36 @@ class _Queue:
                 op.state = _RUNNING
             self._run(op)
 
+    def inline(self, fn):
+        """Runs fn now on the calling thread if nothing is queued, and
+        returns its result (its exception propagates); returns _BUSY, having
+        run nothing, when operations are queued or the queue is closed (the
+        caller then submits, in call order).
+
+        The blocking path: torch's wrappers with async_op=False would wait at
+        once, so no _Op, no Work and no wake-up are made for them. While fn
+        runs the queue holds the _INLINE marker, so a second thread's
+        collective is still refused (submit) and the worker stays asleep."""
+        me = get_ident()
+        with self._lock:
+            if self._q or self._closed:
+                return _BUSY
+            self._q.append(_INLINE)
+            self._owner = me
+        try:
+            return fn()
+        finally:
+            self._pop_inline()
+
+    def _pop_inline(self):
+        with self._lock:
+            q = self._q
+            q.popleft()  # _INLINE
+            if self._waiters:
+                self._done.notify_all()
+            if q and q[0].state == _PENDING:
+                self._work.notify()  # queued behind it by a callback on the worker
+
     def wait(self, op):
         with self._lock:
             if op.state == _DONE:
@@ -326,6 +363,14 @@ class _Queue:
                 if not self._q:
                     return
                 last = self._q[-1]
+                if last is _INLINE:  # no state to wait for: wait until it is popped
+                    self._waiters += 1
+                    try:
+                        while self._q and self._q[-1] is _INLINE:
+                            self._done.wait()
+                    finally:
+                        self._waiters -= 1
+                    continue
             self.wait(last)
 
     def future(self, op):
@@ -495,6 +540,41 @@ class _DoneWork(Work):
         return fut
 
 
+class _Completed(_WorkBase):
+    """What a blocking call from torch's wrappers gets when it ran inline
+    (_Queue.inline): the operation has completed (an error was raised by the
+    call itself), and the wrapper only calls wait() on it and drops it. One
+    shared instance, so the blocking path makes no Work."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return fut
+
+
+_COMPLETED = _Completed()
+
+# dist.all_reduce's own code object and its default op: the blocking
+# allreduce fast path recognises its caller by them (one frame look-up).
+_ALL_REDUCE_CODE = getattr(inspect.unwrap(dist.distributed_c10d.all_reduce), "__code__", None)
+_SUM_OBJ = dist.ReduceOp.SUM
+
+
 # ---- the process group -------------------------------------------------------
 
 
@@ -519,6 +599,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._comm = _comm_from_store(store, self._rank, self._size, timeout)
         self._h = self._comm._h
         self._lib = _lib.lib()
+        self._host_all_reduce = self._lib.detcollHostAllReduce
         self._queue = _Queue(f"detcoll-pg-{rank}of{size}")
         self._live = _Live()
         self._finalizer = weakref.finalize(self, ProcessGroupDetcoll._shutdown, self._queue, self._comm)
@@ -559,6 +640,11 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _new_work(self, fn, depth):
         wake, keep = _caller(depth + 1)
+        if not wake:
+            # torch's wrapper with async_op=False: it would wait at once, so
+            # run it here when nothing is queued (no Work, no _Op).
+            if self._queue.inline(fn) is not _BUSY:
+                return _COMPLETED
         return Work(self._queue, self._queue.submit(fn, wake), self._live if keep else None)
 
     def _call(self, name, *args):
@@ -663,14 +749,42 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._call("detcollHostAllGather", _ptr(flat), _ptr(out), nb, D.UINT8, self._h)
 
     def allreduce(self, tensors, opts=None):
-        op = _opt_op(opts)
         if len(tensors) == 1:
-            # The hot path (DDP buckets, small calls): one contiguous CPU
+            # The hot paths (DDP buckets, small calls): one contiguous CPU
             # float tensor, SUM.
             t = tensors[0]
             code = _FLOAT.get(t.dtype)
+            if code is not None and not t.is_cuda and t.is_contiguous():
+                # Blocking dist.all_reduce(t) with the default op: run the C
+                # call now, on this thread (docs/pytorch.md, "Overhead"). The
+                # caller is recognised by its code object; its `op` local is
+                # what it put in opts.
+                f = sys._getframe(1)
+                if f.f_code is _ALL_REDUCE_CODE:
+                    loc = f.f_locals
+                    if loc.get("op") is _SUM_OBJ and loc.get("async_op") is False:
+                        q = self._queue
+                        me = get_ident()
+                        with q._lock:
+                            free = not q._q and not q._closed
+                            if free:
+                                q._q.append(_INLINE)
+                                q._owner = me
+                        if free:
+                            p = t.data_ptr() or None
+                            try:
+                                rc = self._host_all_reduce(p, p, t.numel(), code, self._h)
+                            finally:
+                                q._pop_inline()
+                            if rc:
+                                _check(rc, "detcollHostAllReduce")
+                            return _COMPLETED
+        op = _opt_op(opts)
+        if len(tensors) == 1:
+            t = tensors[0]
+            code = _FLOAT.get(t.dtype)
             if code is not None and op == _SUM and not t.is_cuda and t.is_contiguous():
-                call, h, n, p = self._lib.detcollHostAllReduce, self._h, t.numel(), t.data_ptr() or None
+                call, h, n, p = self._host_all_reduce, self._h, t.numel(), t.data_ptr() or None
 
                 def run():
                     rc = call(p, p, n, code, h)
