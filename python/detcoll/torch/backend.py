@@ -91,6 +91,37 @@ def _opt_op(opts):
     return _red_op(getattr(opts, "reduceOp", opts))
 
 
+def _premul_factor(opts, what):
+    """The factor of a PREMUL_SUM ReduceOp in opts: a float or a one-element
+    tensor. torch >= 2 exposes it through the ReduceOp's pickling state
+    (__getstate__() == (PREMUL_SUM, factor)); torch 1.13 keeps it in C++
+    only, and the op is refused there, naming it."""
+    rop = getattr(opts, "reduceOp", opts)
+    st = None
+    try:
+        st = rop.__getstate__()
+    except Exception:  # noqa: BLE001 - "no state" is the answer here
+        st = None
+    if isinstance(st, tuple) and len(st) == 2:
+        f = st[1]
+        if isinstance(f, torch.Tensor) and f.numel() == 1:
+            return f
+        if isinstance(f, (float, int)) and not isinstance(f, bool):
+            return float(f)
+    raise NotImplementedError(
+        f"detcoll {what}: ReduceOp.PREMUL_SUM needs its factor, which torch {torch.__version__} does not expose "
+        "to Python (torch >= 2 does); scale the input, then use SUM"
+    )
+
+
+def _premul_scale(factor, dtype, device=None):
+    """The factor as a 0-dim tensor of dtype (rounded to it once, as NCCL's
+    T(factor) is), on device."""
+    if isinstance(factor, torch.Tensor):
+        return factor.detach().reshape(()).to(device=device or "cpu", dtype=dtype)
+    return torch.tensor(factor, dtype=dtype, device=device or "cpu")
+
+
 # ---- the C calls -----------------------------------------------------------
 
 
@@ -711,19 +742,22 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _check_op(self, op, dtype, what):
         """Returns how (op, dtype) is reduced: "native" (detcoll's tree sum),
-        "avg" (native, then divide), "elementwise", or raises naming it."""
+        "avg" (native, then divide), "premul" (each input times the factor in
+        its dtype, then native), "elementwise", or raises naming it."""
         name = _op_name(op)
-        if name == "PREMUL_SUM":
-            raise NotImplementedError(f"detcoll {what}: ReduceOp.PREMUL_SUM is not supported (scale the input, then SUM)")
         if dtype in _FLOAT:
             if name == "SUM":
                 return "native"
             if name == "AVG":
                 return "avg"
+            if name == "PREMUL_SUM":
+                return "premul"
             if name in ("MAX", "MIN", "PRODUCT"):
                 return "elementwise"
             raise TypeError(f"detcoll {what}: ReduceOp.{name} is not defined for {dtype} (bitwise ops take integer or bool tensors)")
         if dtype in _INT or dtype == torch.bool:
+            if name == "PREMUL_SUM":
+                raise TypeError(f"detcoll {what}: ReduceOp.PREMUL_SUM is not exact for {dtype}; it takes float tensors")
             if name == "AVG":
                 raise TypeError(f"detcoll {what}: ReduceOp.AVG is not exact for {dtype}; use SUM and divide")
             if name in ("SUM", "MAX", "MIN", "PRODUCT", "BAND", "BOR", "BXOR"):
@@ -731,9 +765,13 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             raise TypeError(f"detcoll {what}: ReduceOp.{name} is not supported for {dtype}")
         raise TypeError(f"detcoll {what}: dtype {dtype} is not supported (bf16, fp16, fp32, fp64, int8/16/32/64, uint8, bool)")
 
-    def _allreduce_flat(self, flat, op, how):
-        """Allreduces a contiguous CPU tensor in place."""
+    def _allreduce_flat(self, flat, op, how, scale=None):
+        """Allreduces a contiguous CPU tensor in place (scale: PREMUL_SUM's
+        factor as a 0-dim tensor of flat's dtype)."""
         n = flat.numel()
+        if how == "premul":
+            flat.mul_(scale)  # elementwise, rounded once per element
+            how = "native"
         if how in ("native", "avg"):
             self._call("detcollHostAllReduce", _ptr(flat), _ptr(flat), n, _FLOAT[flat.dtype], self._h)
             if how == "avg":
@@ -795,13 +833,14 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
                 return self._new_work(run, 1)
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "allreduce") for t in tensors]
+        factor = _premul_factor(opts, "allreduce") if "premul" in hows else None
         if self._cuda(tensors):
-            return self._cuda_allreduce(tensors, op, hows)
+            return self._cuda_allreduce(tensors, op, hows, factor, opts)
 
         def run():
             for t, how in zip(tensors, hows):
                 flat, copied = _flat(t)
-                self._allreduce_flat(flat, op, how)
+                self._allreduce_flat(flat, op, how, _premul_scale(factor, t.dtype) if factor is not None else None)
                 if copied:
                     t.copy_(flat)
             return tensors
@@ -817,6 +856,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         if any(t.dtype != dt for t in tensors):
             raise TypeError("detcoll allreduce_coalesced: every tensor must have the same dtype")
         how = self._check_op(op, dt, "allreduce_coalesced")
+        scale = _premul_scale(_premul_factor(opts, "allreduce_coalesced"), dt) if how == "premul" else None
         if self._cuda(tensors):
             return self._staged(tensors, lambda host: self.allreduce_coalesced(host, opts).wait())
 
@@ -824,7 +864,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             # One buffer: the tree is per element, so the bits equal those of
             # one allreduce per tensor.
             flat = torch.cat([t.reshape(-1) for t in tensors])
-            self._allreduce_flat(flat, op, how)
+            self._allreduce_flat(flat, op, how, scale)
             off = 0
             for t in tensors:
                 n = t.numel()
@@ -840,6 +880,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._check_root(root, "reduce")
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "reduce") for t in tensors]
+        factor = _premul_factor(opts, "reduce") if "premul" in hows else None
         if self._cuda(tensors):
             return self._staged(tensors, lambda host: self.reduce(host, opts).wait())
 
@@ -847,7 +888,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             for t, how in zip(tensors, hows):
                 tmp = t.contiguous().clone() if self._rank != root else None
                 flat, copied = (tmp, False) if tmp is not None else _flat(t)
-                self._allreduce_flat(flat, op, how)
+                self._allreduce_flat(flat, op, how, _premul_scale(factor, t.dtype) if factor is not None else None)
                 if self._rank == root and copied:
                     t.copy_(flat)
             return tensors
@@ -939,9 +980,14 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     # ---- reduce-scatter ----------------------------------------------------------
 
-    def _reduce_scatter_flat(self, src, out, op, how):
-        """src (contiguous, W*n) -> out (contiguous, n): this rank's block."""
+    def _reduce_scatter_flat(self, src, out, op, how, scale=None):
+        """src (contiguous, W*n) -> out (contiguous, n): this rank's block.
+        (PREMUL_SUM: src is scaled into a new tensor; the caller's input is
+        left as it was.)"""
         n = out.numel()
+        if how == "premul":
+            src = src.mul(scale)
+            how = "native"
         if how in ("native", "avg"):
             self._call("detcollHostReduceScatter", _ptr(src), _ptr(out), n, _FLOAT[src.dtype], self._h)
             if how == "avg":
@@ -969,13 +1015,14 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             if i.numel() != out.numel() or i.dtype != out.dtype:
                 raise ValueError(f"detcoll reduce_scatter: inputs must match the output ({out.numel()} {out.dtype})")
         how = self._check_op(op, out.dtype, "reduce_scatter")
+        scale = _premul_scale(_premul_factor(opts, "reduce_scatter"), out.dtype) if how == "premul" else None
         if self._cuda([out] + ins):
             return self._staged([out], lambda host: self.reduce_scatter(host, [[i.cpu() for i in ins]], opts).wait())
 
         def run():
             src = torch.cat([i.reshape(-1) for i in ins])
             dst, copied = _flat(out)
-            self._reduce_scatter_flat(src, dst, op, how)
+            self._reduce_scatter_flat(src, dst, op, how, scale)
             if copied:
                 out.copy_(dst)
             return [out]
@@ -989,15 +1036,22 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
                 f"detcoll _reduce_scatter_base: input has {input.numel()} {input.dtype}, want {self._size} x {output.numel()} {output.dtype}"
             )
         how = self._check_op(op, output.dtype, "reduce_scatter_tensor")
+        factor = _premul_factor(opts, "reduce_scatter_tensor") if how == "premul" else None
         if output.is_cuda or input.is_cuda:
+            if how == "premul" and input.is_cuda:
+                # scaled into a new tensor on the current stream, then the device sum
+                input = input.contiguous().mul(_premul_scale(factor, input.dtype, input.device))
+                how = "native"
             if how in ("native", "avg"):
                 return self._cuda_native("detcollReduceScatter", output, input, output.numel(), avg=how == "avg")
             return self._staged([output], lambda host: self._reduce_scatter_base(host[0], input.cpu(), opts).wait())
 
+        scale = _premul_scale(factor, output.dtype) if factor is not None else None
+
         def run():
             src = input.contiguous()
             dst, copied = _flat(output)
-            self._reduce_scatter_flat(src, dst, op, how)
+            self._reduce_scatter_flat(src, dst, op, how, scale)
             if copied:
                 output.copy_(dst)
             return [output]
@@ -1182,13 +1236,16 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
     # Work.wait() makes the current stream wait for an event recorded after
     # the call. This needs a GPU and cannot run in CI.
 
-    def _cuda_allreduce(self, tensors, op, hows):
-        if any(h not in ("native", "avg") for h in hows):
-            return self._staged(tensors, lambda host: self.allreduce(host, _opts(op)).wait())
+    def _cuda_allreduce(self, tensors, op, hows, factor=None, opts=None):
+        opts = opts if opts is not None else _opts(op)
+        if any(h not in ("native", "avg", "premul") for h in hows):
+            return self._staged(tensors, lambda host: self.allreduce(host, opts).wait())
         for t, how in zip(tensors, hows):
             if not t.is_contiguous():
-                return self._staged(tensors, lambda host: self.allreduce(host, _opts(op)).wait())
+                return self._staged(tensors, lambda host: self.allreduce(host, opts).wait())
         for t, how in zip(tensors, hows):
+            if how == "premul":
+                t.mul_(_premul_scale(factor, t.dtype, t.device))  # on the current stream, before the sum
             self._device_call("detcollAllReduce", _ptr(t), _ptr(t), t.numel(), _FLOAT[t.dtype], t)
             if how == "avg":
                 t.div_(self._size)
