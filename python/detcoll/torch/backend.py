@@ -330,15 +330,21 @@ class _Queue:
     def _loop(self):
         while True:
             with self._lock:
-                while not self._closed and (not self._q or self._q[0].state != _PENDING):
-                    self._work.wait()
-                if self._closed and not self._q:
-                    return
-                if not self._q or self._q[0].state != _PENDING:
-                    continue
+                while not (self._q and self._q[0].state == _PENDING):
+                    if self._closed and not self._q:
+                        return
+                    # closed with a head running elsewhere: look again soon
+                    self._work.wait(0.05 if self._closed else None)
                 op = self._q[0]
                 op.state = _RUNNING
             self._run(op)
+            # Drop the op (and so its tensors) now. Held here until the next
+            # op, it was freed when close() woke this thread at interpreter
+            # exit: a tensor's dealloc releases the GIL, and a thread that
+            # takes it back once finalization has begun is ended by
+            # pthread_exit, whose unwinding through torch's noexcept C++
+            # frames is std::terminate (the W=4 SIGABRT, docs/pytorch.md).
+            op = None
 
     def inline(self, fn):
         """Runs fn now on the calling thread if nothing is queued, and
@@ -419,6 +425,18 @@ class _Queue:
             self._closed = True
             self._work.notify_all()
             self._done.notify_all()
+
+    def join(self, timeout):
+        """Waits (up to timeout seconds) for the worker thread to end after
+        close(). Called at group shutdown, and so before the interpreter
+        finalizes at exit (weakref.finalize runs as an atexit hook): the
+        worker's last Python code (dropping references, tensor deallocs
+        that release the GIL) must not race with finalization. Returns
+        whether it ended; a no-op on the worker itself."""
+        if threading.current_thread() is self._thread:
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 _C10D_FILE = dist.distributed_c10d.__file__
@@ -616,6 +634,9 @@ def _flat(t):
     return t.contiguous(), True
 
 
+_JOIN_TIMEOUT_S = 10.0  # group shutdown waits this long for the worker thread
+
+
 class ProcessGroupDetcoll(dist.ProcessGroup):
     """A torch.distributed process group whose collectives are detcoll's.
 
@@ -640,9 +661,10 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         queue.close()
         try:
             if not comm._dead:
-                comm.abort()
+                comm.abort()  # also ends a collective the worker may be blocked in
         except Exception:
             pass
+        queue.join(_JOIN_TIMEOUT_S)
 
     def shutdown(self):
         """Destroys the communicator (the group is unusable afterwards)."""
