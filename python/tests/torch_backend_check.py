@@ -5,7 +5,8 @@ torchrun (internal/pytorchtest drives it at W = 1, 2, 3, 4):
 
 suites (a comma list, faults last): main (default: every collective, ReduceOp, dtype, async, groups,
 threads, bad input), faults (mismatch, hung and dead peers), ddp (prints a
-digest of the trained weights for cross-run comparison).
+digest of the trained weights for cross-run comparison), premul (PREMUL_SUM
+only: the factor read from torch's ReduceOp, and the data path).
 
 Every expected value is computed independently on each rank with plain torch
 ops over every rank's input (each rank can make any rank's input from its
@@ -213,6 +214,28 @@ def premul_oracle(inputs, factor, w):
     dt = inputs[0].dtype
     f = float(torch.as_tensor(factor, dtype=torch.float64).reshape(()).to(dt).double())
     return oracle("SUM", [(i.double() * f).to(dt) for i in inputs], w)
+
+
+def check_premul_factor():
+    """The backend reads a PREMUL_SUM factor (float and tensor) where torch
+    exposes it: on torch >= 2 it must; on older torch dist.* refuses it."""
+    from detcoll.torch.backend import _premul_factor
+
+    major = int(torch.__version__.split(".")[0])
+    CHECKS[0] += 1
+    if major >= 2:
+        f = _premul_factor(dist._make_nccl_premul_sum(0.37), "check")
+        assert f == 0.37, f"rank {RANK}: PREMUL_SUM factor read as {f!r}, want 0.37"
+        ft = _premul_factor(dist._make_nccl_premul_sum(torch.tensor([1.5])), "check")
+        CHECKS[0] += 1
+        assert isinstance(ft, torch.Tensor) and float(ft) == 1.5, f"rank {RANK}: PREMUL_SUM tensor factor read as {ft!r}"
+    else:
+        expect_raise(NotImplementedError, lambda: _premul_factor(dist._make_nccl_premul_sum(0.37), "check"), "PREMUL_SUM factor on torch 1.x", "PREMUL_SUM")
+
+
+def suite_premul():
+    check_premul_factor()
+    check_premul()
 
 
 def check_premul():
@@ -593,6 +616,7 @@ def suite_main():
     check_async()
     check_threads()
     check_threads_blocking()
+    check_premul_factor()
     check_premul()
     check_groups()
 
@@ -699,7 +723,7 @@ def main():
     dist.init_process_group("detcoll", timeout=timeout)
     assert dist.get_backend() == "detcoll", dist.get_backend()
     assert dist.get_world_size() == W and dist.get_rank() == RANK
-    fns = {"main": suite_main, "faults": suite_faults, "ddp": suite_ddp}
+    fns = {"main": suite_main, "faults": suite_faults, "ddp": suite_ddp, "premul": suite_premul}
     if "faults" in suites[:-1] or any(s not in fns for s in suites):
         raise SystemExit(f"suites: a comma list of {sorted(fns)}, faults last")
     for suite in suites:

@@ -808,6 +808,18 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         nb = flat.numel() * flat.element_size()
         self._call("detcollHostAllGather", _ptr(flat), _ptr(out), nb, D.UINT8, self._h)
 
+    def _sum_fn(self, t, code, tensors):
+        """The queued form of the hot path: one C call on t's memory."""
+        call, h, n, p = self._host_all_reduce, self._h, t.numel(), t.data_ptr() or None
+
+        def run():
+            rc = call(p, p, n, code, h)
+            if rc:
+                _check(rc, "detcollHostAllReduce")
+            return tensors
+
+        return run
+
     def allreduce(self, tensors, opts=None):
         if len(tensors) == 1:
             # The hot paths (DDP buckets, small calls): one contiguous CPU
@@ -815,15 +827,19 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             t = tensors[0]
             code = _FLOAT.get(t.dtype)
             if code is not None and not t.is_cuda and t.is_contiguous():
-                # Blocking dist.all_reduce(t) with the default op: run the C
-                # call now, on this thread (docs/pytorch.md, "Overhead"). The
-                # caller is recognised by its code object; its `op` local is
-                # what it put in opts.
+                # dist.all_reduce(t) with the default op, recognised by the
+                # caller's code object (its `op` local is what it put in
+                # opts; reading the options object costs more): blocking, the
+                # C call is made now, on this thread, and no Work is made
+                # (docs/pytorch.md, "Execution"); async, it is queued without
+                # looking at the caller again.
                 f = sys._getframe(1)
                 if f.f_code is _ALL_REDUCE_CODE:
                     loc = f.f_locals
-                    if loc.get("op") is _SUM_OBJ and loc.get("async_op") is False:
+                    if loc.get("op") is _SUM_OBJ:
                         q = self._queue
+                        if loc.get("async_op", True):
+                            return Work(q, q.submit(self._sum_fn(t, code, tensors), True), None)
                         me = get_ident()
                         with q._lock:
                             free = not q._q and not q._closed
@@ -839,20 +855,13 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
                             if rc:
                                 _check(rc, "detcollHostAllReduce")
                             return _COMPLETED
+                        return Work(q, q.submit(self._sum_fn(t, code, tensors), False), None)
         op = _opt_op(opts)
         if len(tensors) == 1:
             t = tensors[0]
             code = _FLOAT.get(t.dtype)
             if code is not None and op == _SUM and not t.is_cuda and t.is_contiguous():
-                call, h, n, p = self._host_all_reduce, self._h, t.numel(), t.data_ptr() or None
-
-                def run():
-                    rc = call(p, p, n, code, h)
-                    if rc:
-                        _check(rc, "detcollHostAllReduce")
-                    return tensors
-
-                return self._new_work(run, 1)
+                return self._new_work(self._sum_fn(t, code, tensors), 1)
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "allreduce") for t in tensors]
         factor = _premul_factor(opts, "allreduce") if "premul" in hows else None
