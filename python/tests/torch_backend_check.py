@@ -433,6 +433,37 @@ def check_async():
     f2 = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     same_bits(f2.wait(), oracle("SUM", inputs[0], W) * 2, "future.then")
     del busy
+    # A then() callback (run on the group's worker thread) that issues a
+    # blocking collective while another is queued behind the one it follows:
+    # the worker runs the queued one, then the callback's, in call order (it
+    # deadlocked when the worker waited for another thread to run them). A
+    # gate in the queue holds the worker until both are queued.
+    pg = dist.distributed_c10d._get_default_group()
+    gate = threading.Event()
+    pg._queue.submit(lambda: gate.wait(60) and [], True)
+    ta, tb = inputs[2][RANK].clone(), inputs[3][RANK].clone()
+    seen = []
+
+    def cb(f):
+        y = inputs[0][RANK].clone()
+        dist.all_reduce(y)
+        seen.append(y)
+        return True
+
+    fa = dist.all_reduce(ta, async_op=True).get_future().then(cb)
+    wb = dist.all_reduce(tb, async_op=True)
+    gate.set()
+    ok = []
+    th = threading.Thread(target=lambda: ok.append(fa.wait()), daemon=True)
+    th.start()
+    th.join(60)
+    CHECKS[0] += 1
+    if ok != [True]:
+        raise AssertionError(f"rank {RANK}: a then() callback's blocking all_reduce behind a queued one did not complete in 60 s")
+    wb.wait()
+    same_bits(seen[0], oracle("SUM", inputs[0], W), "blocking all_reduce in a then() callback")
+    same_bits(tb, oracle("SUM", inputs[3], W), "the all_reduce queued ahead of the callback's")
+    same_bits(ta, oracle("SUM", inputs[2], W), "the all_reduce whose future ran the callback")
     # a Work waited on long after completion
     t = inputs[1][RANK].clone()
     w_ = dist.all_reduce(t, async_op=True)

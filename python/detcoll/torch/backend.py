@@ -376,7 +376,31 @@ class _Queue:
             if q and q[0].state == _PENDING:
                 self._work.notify()  # queued behind it by a callback on the worker
 
+    def _wait_on_worker(self, op):
+        """wait() on the worker thread itself (a future's then() callback
+        that issues a blocking collective, or waits for one, while others
+        are queued): nothing else runs the queue while the worker is here,
+        so it runs the operations ahead of op, in order, then op. (Waiting
+        for another thread to run them deadlocked.)"""
+        while True:
+            with self._lock:
+                if op.state == _DONE:
+                    return
+                head = self._q[0]
+                if head.state != _PENDING:  # run inline by a waiting thread
+                    self._waiters += 1
+                    try:
+                        self._done.wait()
+                    finally:
+                        self._waiters -= 1
+                    continue
+                head.state = _RUNNING
+            self._run(head)
+            head = None
+
     def wait(self, op):
+        if get_ident() == self._thread.ident:
+            return self._wait_on_worker(op)
         with self._lock:
             if op.state == _DONE:
                 return
