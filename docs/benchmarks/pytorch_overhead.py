@@ -12,8 +12,11 @@ blocks interleaved (S x N/100 blocks each):
   c_call_gap    the C call after 8 us of Python busy-waiting (no backend):
                 the cost of a gap between calls, for comparison
   pg_wait       pg.allreduce([t]).wait() on the ProcessGroupDetcoll object
-                (the backend's own cost: options, Work, queue, inline run)
-  dist_sync     torch.distributed.all_reduce(t) (adds torch's Python wrapper)
+                (not a torch wrapper, so it gets a Work, a queue entry and
+                wakes the worker, which races the caller's wait())
+  dist_sync     torch.distributed.all_reduce(t), blocking: torch's Python
+                wrapper, then the backend's blocking path (the C call made
+                inside allreduce(), no Work made; docs/pytorch.md)
   dist_async    all_reduce(t, async_op=True) x N, then wait() on all (the
                 worker thread runs them: the overlap path)
   gloo_sync     torch.distributed.all_reduce(t) on a Gloo group, for scale

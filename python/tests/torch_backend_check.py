@@ -5,7 +5,8 @@ torchrun (internal/pytorchtest drives it at W = 1, 2, 3, 4):
 
 suites (a comma list, faults last): main (default: every collective, ReduceOp, dtype, async, groups,
 threads, bad input), faults (mismatch, hung and dead peers), ddp (prints a
-digest of the trained weights for cross-run comparison).
+digest of the trained weights for cross-run comparison), premul (PREMUL_SUM
+only: the factor read from torch's ReduceOp, and the data path).
 
 Every expected value is computed independently on each rank with plain torch
 ops over every rank's input (each rank can make any rank's input from its
@@ -158,7 +159,8 @@ def check_allreduce(group=None, ranks=None):
 
 def check_bad_input():
     t = torch.ones(4)
-    expect_raise(NotImplementedError, lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)) if hasattr(dist, "_make_nccl_premul_sum") else (_ for _ in ()).throw(NotImplementedError("PREMUL_SUM")), "PREMUL_SUM", "PREMUL_SUM")
+    if not premul_readable():
+        expect_raise(NotImplementedError, lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)), "PREMUL_SUM on this torch", "PREMUL_SUM")
     expect_raise(TypeError, lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG), "AVG of int", "AVG")
     expect_raise(TypeError, lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND), "BAND of float", "BAND")
     pg = dist.distributed_c10d._get_default_group()
@@ -176,6 +178,113 @@ def check_bad_input():
     x = torch.ones(3)
     dist.all_reduce(x)
     same_bits(x, torch.full((3,), float(W)), "all_reduce after argument errors")
+
+
+def premul_readable():
+    """Whether this torch exposes a PREMUL_SUM ReduceOp's factor to Python
+    (torch >= 2: ReduceOp.__getstate__() == (PREMUL_SUM, factor))."""
+    try:
+        st = dist._make_nccl_premul_sum(2.0).__getstate__()
+    except Exception:  # noqa: BLE001
+        return False
+    return isinstance(st, tuple) and len(st) == 2 and st[1] is not None
+
+
+class FakePremul:
+    """A PREMUL_SUM ReduceOp as torch >= 2 exposes it, for torch versions
+    that do not (1.13): passed to the group's methods directly, it runs the
+    backend's PREMUL_SUM data path."""
+
+    def __init__(self, factor):
+        self.op = dist.ReduceOp.RedOpType.PREMUL_SUM
+        self.factor = factor
+
+    def __getstate__(self):
+        return (self.op, self.factor)
+
+
+class Opts:
+    def __init__(self, op, root=0):
+        self.reduceOp, self.rootRank, self.rootTensor = op, root, 0
+
+
+def premul_oracle(inputs, factor, w):
+    """sum over the fixed tree of round_dtype(x * round_dtype(factor)); the
+    product is formed in float64 (exact for bf16/fp16/fp32) and rounded once."""
+    dt = inputs[0].dtype
+    f = float(torch.as_tensor(factor, dtype=torch.float64).reshape(()).to(dt).double())
+    return oracle("SUM", [(i.double() * f).to(dt) for i in inputs], w)
+
+
+def check_premul_factor():
+    """The backend reads a PREMUL_SUM factor (float and tensor) where torch
+    exposes it: on torch >= 2 it must; on older torch dist.* refuses it."""
+    from detcoll.torch.backend import _premul_factor
+
+    major = int(torch.__version__.split(".")[0])
+    CHECKS[0] += 1
+    if major >= 2:
+        f = _premul_factor(dist._make_nccl_premul_sum(0.37), "check")
+        assert f == 0.37, f"rank {RANK}: PREMUL_SUM factor read as {f!r}, want 0.37"
+        ft = _premul_factor(dist._make_nccl_premul_sum(torch.tensor([1.5])), "check")
+        CHECKS[0] += 1
+        assert isinstance(ft, torch.Tensor) and float(ft) == 1.5, f"rank {RANK}: PREMUL_SUM tensor factor read as {ft!r}"
+    else:
+        expect_raise(NotImplementedError, lambda: _premul_factor(dist._make_nccl_premul_sum(0.37), "check"), "PREMUL_SUM factor on torch 1.x", "PREMUL_SUM")
+
+
+def suite_premul():
+    check_premul_factor()
+    check_premul()
+
+
+def check_premul():
+    """PREMUL_SUM: each rank's input times the factor (rounded to the dtype),
+    elementwise, then the deterministic SUM. Through dist.* where torch
+    exposes the factor (>= 2); through the group's methods with a ReduceOp
+    that exposes it otherwise (the NotImplementedError of dist.* on 1.13 is
+    checked in check_bad_input)."""
+    pg = dist.distributed_c10d._get_default_group()
+    real = premul_readable()
+    for dt in FLOATS:
+        for factor in (0.37, torch.tensor([1.7], dtype=torch.float64)):
+            seed = 700 + FLOATS.index(dt)
+            n = 9
+            inputs = [make(r, n, dt, seed) for r in range(W)]
+            want = premul_oracle(inputs, factor, W)
+            t = inputs[RANK].clone()
+            if real:
+                dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+            else:
+                pg.allreduce([t], Opts(FakePremul(factor))).wait()
+            same_bits(t, want, f"all_reduce PREMUL_SUM {dt} factor={factor}")
+            # reduce-scatter: block RANK of the scaled sum; the input is left as it was
+            big = [make(r, W * 3, dt, seed + 50) for r in range(W)]
+            want = premul_oracle([b[RANK * 3 : (RANK + 1) * 3] for b in big], factor, W)
+            inp, out = big[RANK].clone(), torch.empty(3, dtype=dt)
+            if real:
+                (getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base)(out, inp, op=dist._make_nccl_premul_sum(factor))
+            else:
+                pg._reduce_scatter_base(out, inp, Opts(FakePremul(factor))).wait()
+            same_bits(out, want, f"reduce_scatter_tensor PREMUL_SUM {dt}")
+            same_bits(inp, big[RANK], f"reduce_scatter_tensor PREMUL_SUM {dt} leaves the input")
+            out2 = torch.empty(3, dtype=dt)
+            pg.reduce_scatter([out2], [list(big[RANK].clone().split(3))], Opts(FakePremul(factor))).wait()
+            same_bits(out2, want, f"reduce_scatter list PREMUL_SUM {dt}")
+            # reduce to the last rank; coalesced
+            t = inputs[RANK].clone()
+            pg.reduce([t], Opts(FakePremul(factor), root=W - 1)).wait()
+            if RANK == W - 1:
+                same_bits(t, premul_oracle(inputs, factor, W), f"reduce PREMUL_SUM {dt}")
+            else:
+                same_bits(t, inputs[RANK], f"reduce PREMUL_SUM {dt}: a non-root tensor is unchanged")
+            a, b = inputs[RANK][:4].clone(), inputs[RANK][4:].clone()
+            pg.allreduce_coalesced([a, b], Opts(FakePremul(factor))).wait()
+            same_bits(torch.cat([a, b]), premul_oracle(inputs, factor, W), f"allreduce_coalesced PREMUL_SUM {dt}")
+    expect_raise(TypeError, lambda: pg.allreduce([torch.ones(4, dtype=torch.int32)], Opts(FakePremul(2.0))), "PREMUL_SUM of int", "PREMUL_SUM")
+    # a ReduceOp whose factor cannot be read is refused, naming the op
+    expect_raise(NotImplementedError, lambda: pg.allreduce([torch.ones(4)], Opts(FakePremul(None))), "PREMUL_SUM without a factor", "PREMUL_SUM")
+    log(f"PREMUL_SUM through {'dist.* (factor readable on torch ' + torch.__version__ + ')' if real else 'the group methods (torch ' + torch.__version__ + ' does not expose the factor)'}")
 
 
 def check_allgather():
@@ -324,6 +433,37 @@ def check_async():
     f2 = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     same_bits(f2.wait(), oracle("SUM", inputs[0], W) * 2, "future.then")
     del busy
+    # A then() callback (run on the group's worker thread) that issues a
+    # blocking collective while another is queued behind the one it follows:
+    # the worker runs the queued one, then the callback's, in call order (it
+    # deadlocked when the worker waited for another thread to run them). A
+    # gate in the queue holds the worker until both are queued.
+    pg = dist.distributed_c10d._get_default_group()
+    gate = threading.Event()
+    pg._queue.submit(lambda: gate.wait(60) and [], True)
+    ta, tb = inputs[2][RANK].clone(), inputs[3][RANK].clone()
+    seen = []
+
+    def cb(f):
+        y = inputs[0][RANK].clone()
+        dist.all_reduce(y)
+        seen.append(y)
+        return True
+
+    fa = dist.all_reduce(ta, async_op=True).get_future().then(cb)
+    wb = dist.all_reduce(tb, async_op=True)
+    gate.set()
+    ok = []
+    th = threading.Thread(target=lambda: ok.append(fa.wait()), daemon=True)
+    th.start()
+    th.join(60)
+    CHECKS[0] += 1
+    if ok != [True]:
+        raise AssertionError(f"rank {RANK}: a then() callback's blocking all_reduce behind a queued one did not complete in 60 s")
+    wb.wait()
+    same_bits(seen[0], oracle("SUM", inputs[0], W), "blocking all_reduce in a then() callback")
+    same_bits(tb, oracle("SUM", inputs[3], W), "the all_reduce queued ahead of the callback's")
+    same_bits(ta, oracle("SUM", inputs[2], W), "the all_reduce whose future ran the callback")
     # a Work waited on long after completion
     t = inputs[1][RANK].clone()
     w_ = dist.all_reduce(t, async_op=True)
@@ -425,6 +565,45 @@ def check_threads():
     assert out == [True], f"rank {RANK}: a collective from another thread after completion failed"
 
 
+def check_threads_blocking():
+    """A second thread's collective is refused while the first thread is
+    inside a blocking dist.all_reduce (the inline path, which queues no
+    operation): the last rank holds back so that the others block."""
+    if W == 1:
+        return
+    store = dist.distributed_c10d._get_default_store()
+    pg = dist.distributed_c10d._get_default_group()
+    inputs = [make(r, 64, torch.float32, 1300) for r in range(W)]
+    t = inputs[RANK].clone()
+    errs = []
+    if RANK == W - 1:
+        store.wait([f"threadsb/{r}" for r in range(W - 1)], datetime.timedelta(seconds=60))
+    else:
+
+        def second():
+            deadline = time.monotonic() + 60
+            while not pg._queue._q:  # until the first thread is inside its all_reduce
+                if time.monotonic() > deadline:
+                    errs.append(None)
+                    break
+                time.sleep(0.001)
+            try:
+                dist.all_reduce(torch.ones(4))
+            except detcoll.torch.SecondThreadError as e:
+                errs.append(e)
+            store.set(f"threadsb/{RANK}", "1")
+
+        th = threading.Thread(target=second)
+        th.start()
+    dist.all_reduce(t)
+    if RANK < W - 1:
+        th.join()
+        CHECKS[0] += 1
+        if not errs or errs[0] is None:
+            raise AssertionError(f"rank {RANK}: a collective from a second thread during a blocking all_reduce was not refused: {errs}")
+    same_bits(t, oracle("SUM", inputs, W), "the blocking all_reduce is intact after a second thread's refusal")
+
+
 def check_store_adapter():
     """The store callbacks never leave torch's store client out of step: a
     poll for a missing key (answered "not yet") followed by other requests
@@ -467,6 +646,9 @@ def suite_main():
     check_coalesced_barrier()
     check_async()
     check_threads()
+    check_threads_blocking()
+    check_premul_factor()
+    check_premul()
     check_groups()
 
 
@@ -572,7 +754,7 @@ def main():
     dist.init_process_group("detcoll", timeout=timeout)
     assert dist.get_backend() == "detcoll", dist.get_backend()
     assert dist.get_world_size() == W and dist.get_rank() == RANK
-    fns = {"main": suite_main, "faults": suite_faults, "ddp": suite_ddp}
+    fns = {"main": suite_main, "faults": suite_faults, "ddp": suite_ddp, "premul": suite_premul}
     if "faults" in suites[:-1] or any(s not in fns for s in suites):
         raise SystemExit(f"suites: a comma list of {sorted(fns)}, faults last")
     for suite in suites:
@@ -583,13 +765,8 @@ def main():
     if "faults" in suites:
         os._exit(0)  # the broken groups' communicators are not destroyed politely
     dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip the interpreter's teardown: in about 1 of 30 W=4 runs a rank died
-    # there with "terminate called without an active exception" (a C++
-    # std::terminate inside torch during exit, after every check passed;
-    # not diagnosed yet, see docs/pytorch.md).
-    os._exit(0)
+    # A normal interpreter exit: the groups' worker threads are joined at
+    # shutdown, before finalization (the W=4 SIGABRT at exit, docs/pytorch.md).
 
 
 if __name__ == "__main__":

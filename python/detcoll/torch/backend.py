@@ -31,6 +31,7 @@ library's device calls; other CUDA operations stage through host memory.
 import collections
 import ctypes
 import datetime
+import inspect
 import os
 import sys
 import threading
@@ -88,6 +89,37 @@ def _opt_op(opts):
     if opts is None:
         return RedOpType.SUM
     return _red_op(getattr(opts, "reduceOp", opts))
+
+
+def _premul_factor(opts, what):
+    """The factor of a PREMUL_SUM ReduceOp in opts: a float or a one-element
+    tensor. torch >= 2 exposes it through the ReduceOp's pickling state
+    (__getstate__() == (PREMUL_SUM, factor)); torch 1.13 keeps it in C++
+    only, and the op is refused there, naming it."""
+    rop = getattr(opts, "reduceOp", opts)
+    st = None
+    try:
+        st = rop.__getstate__()
+    except Exception:  # noqa: BLE001 - "no state" is the answer here
+        st = None
+    if isinstance(st, tuple) and len(st) == 2:
+        f = st[1]
+        if isinstance(f, torch.Tensor) and f.numel() == 1:
+            return f
+        if isinstance(f, (float, int)) and not isinstance(f, bool):
+            return float(f)
+    raise NotImplementedError(
+        f"detcoll {what}: ReduceOp.PREMUL_SUM needs its factor, which torch {torch.__version__} does not expose "
+        "to Python (torch >= 2 does); scale the input, then use SUM"
+    )
+
+
+def _premul_scale(factor, dtype, device=None):
+    """The factor as a 0-dim tensor of dtype (rounded to it once, as NCCL's
+    T(factor) is), on device."""
+    if isinstance(factor, torch.Tensor):
+        return factor.detach().reshape(()).to(device=device or "cpu", dtype=dtype)
+    return torch.tensor(factor, dtype=dtype, device=device or "cpu")
 
 
 # ---- the C calls -----------------------------------------------------------
@@ -228,6 +260,12 @@ class _Op:
         self.fut = None
 
 
+_INLINE = _Op(None)  # the queue's head while an operation runs inline (_Queue.inline)
+_INLINE.state = _RUNNING
+_BUSY = object()  # _Queue.inline ran nothing
+get_ident = threading.get_ident
+
+
 class _Queue:
     """The group's operations in call order, run by one worker thread, or
     by the thread that waits for one before the worker took it (then no
@@ -249,7 +287,7 @@ class _Queue:
 
     def submit(self, fn, wake=True):
         op = _Op(fn)
-        me = threading.get_ident()
+        me = get_ident()
         with self._lock:
             if self._closed:
                 raise _errors.ClosedError("detcoll process group destroyed", code=_errors.CLOSED, function="submit")
@@ -292,17 +330,77 @@ class _Queue:
     def _loop(self):
         while True:
             with self._lock:
-                while not self._closed and (not self._q or self._q[0].state != _PENDING):
-                    self._work.wait()
-                if self._closed and not self._q:
-                    return
-                if not self._q or self._q[0].state != _PENDING:
-                    continue
+                while not (self._q and self._q[0].state == _PENDING):
+                    if self._closed and not self._q:
+                        return
+                    # closed with a head running elsewhere: look again soon
+                    self._work.wait(0.05 if self._closed else None)
                 op = self._q[0]
                 op.state = _RUNNING
             self._run(op)
+            # Drop the op (and so its tensors) now. Held here until the next
+            # op, it was freed when close() woke this thread at interpreter
+            # exit: a tensor's dealloc releases the GIL, and a thread that
+            # takes it back once finalization has begun is ended by
+            # pthread_exit, whose unwinding through torch's noexcept C++
+            # frames is std::terminate (the W=4 SIGABRT, docs/pytorch.md).
+            op = None
+
+    def inline(self, fn):
+        """Runs fn now on the calling thread if nothing is queued, and
+        returns its result (its exception propagates); returns _BUSY, having
+        run nothing, when operations are queued or the queue is closed (the
+        caller then submits, in call order).
+
+        The blocking path: torch's wrappers with async_op=False would wait at
+        once, so no _Op, no Work and no wake-up are made for them. While fn
+        runs the queue holds the _INLINE marker, so a second thread's
+        collective is still refused (submit) and the worker stays asleep."""
+        me = get_ident()
+        with self._lock:
+            if self._q or self._closed:
+                return _BUSY
+            self._q.append(_INLINE)
+            self._owner = me
+        try:
+            return fn()
+        finally:
+            self._pop_inline()
+
+    def _pop_inline(self):
+        with self._lock:
+            q = self._q
+            q.popleft()  # _INLINE
+            if self._waiters:
+                self._done.notify_all()
+            if q and q[0].state == _PENDING:
+                self._work.notify()  # queued behind it by a callback on the worker
+
+    def _wait_on_worker(self, op):
+        """wait() on the worker thread itself (a future's then() callback
+        that issues a blocking collective, or waits for one, while others
+        are queued): nothing else runs the queue while the worker is here,
+        so it runs the operations ahead of op, in order, then op. (Waiting
+        for another thread to run them deadlocked.)"""
+        while True:
+            with self._lock:
+                if op.state == _DONE:
+                    return
+                head = self._q[0]
+                if head.state != _PENDING:  # run inline by a waiting thread
+                    self._waiters += 1
+                    try:
+                        self._done.wait()
+                    finally:
+                        self._waiters -= 1
+                    continue
+                head.state = _RUNNING
+            self._run(head)
+            head = None
 
     def wait(self, op):
+        if get_ident() == self._thread.ident:
+            return self._wait_on_worker(op)
         with self._lock:
             if op.state == _DONE:
                 return
@@ -326,6 +424,14 @@ class _Queue:
                 if not self._q:
                     return
                 last = self._q[-1]
+                if last is _INLINE:  # no state to wait for: wait until it is popped
+                    self._waiters += 1
+                    try:
+                        while self._q and self._q[-1] is _INLINE:
+                            self._done.wait()
+                    finally:
+                        self._waiters -= 1
+                    continue
             self.wait(last)
 
     def future(self, op):
@@ -343,6 +449,18 @@ class _Queue:
             self._closed = True
             self._work.notify_all()
             self._done.notify_all()
+
+    def join(self, timeout):
+        """Waits (up to timeout seconds) for the worker thread to end after
+        close(). Called at group shutdown, and so before the interpreter
+        finalizes at exit (weakref.finalize runs as an atexit hook): the
+        worker's last Python code (dropping references, tensor deallocs
+        that release the GIL) must not race with finalization. Returns
+        whether it ended; a no-op on the worker itself."""
+        if threading.current_thread() is self._thread:
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
 
 _C10D_FILE = dist.distributed_c10d.__file__
@@ -495,6 +613,41 @@ class _DoneWork(Work):
         return fut
 
 
+class _Completed(_WorkBase):
+    """What a blocking call from torch's wrappers gets when it ran inline
+    (_Queue.inline): the operation has completed (an error was raised by the
+    call itself), and the wrapper only calls wait() on it and drops it. One
+    shared instance, so the blocking path makes no Work."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def synchronize(self):
+        pass
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        return fut
+
+
+_COMPLETED = _Completed()
+
+# dist.all_reduce's own code object and its default op: the blocking
+# allreduce fast path recognises its caller by them (one frame look-up).
+_ALL_REDUCE_CODE = getattr(inspect.unwrap(dist.distributed_c10d.all_reduce), "__code__", None)
+_SUM_OBJ = dist.ReduceOp.SUM
+
+
 # ---- the process group -------------------------------------------------------
 
 
@@ -503,6 +656,9 @@ def _flat(t):
     if t.is_contiguous():
         return t, False
     return t.contiguous(), True
+
+
+_JOIN_TIMEOUT_S = 10.0  # group shutdown waits this long for the worker thread
 
 
 class ProcessGroupDetcoll(dist.ProcessGroup):
@@ -519,6 +675,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._comm = _comm_from_store(store, self._rank, self._size, timeout)
         self._h = self._comm._h
         self._lib = _lib.lib()
+        self._host_all_reduce = self._lib.detcollHostAllReduce
         self._queue = _Queue(f"detcoll-pg-{rank}of{size}")
         self._live = _Live()
         self._finalizer = weakref.finalize(self, ProcessGroupDetcoll._shutdown, self._queue, self._comm)
@@ -528,9 +685,10 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         queue.close()
         try:
             if not comm._dead:
-                comm.abort()
+                comm.abort()  # also ends a collective the worker may be blocked in
         except Exception:
             pass
+        queue.join(_JOIN_TIMEOUT_S)
 
     def shutdown(self):
         """Destroys the communicator (the group is unusable afterwards)."""
@@ -559,6 +717,11 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _new_work(self, fn, depth):
         wake, keep = _caller(depth + 1)
+        if not wake:
+            # torch's wrapper with async_op=False: it would wait at once, so
+            # run it here when nothing is queued (no Work, no _Op).
+            if self._queue.inline(fn) is not _BUSY:
+                return _COMPLETED
         return Work(self._queue, self._queue.submit(fn, wake), self._live if keep else None)
 
     def _call(self, name, *args):
@@ -625,19 +788,22 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     def _check_op(self, op, dtype, what):
         """Returns how (op, dtype) is reduced: "native" (detcoll's tree sum),
-        "avg" (native, then divide), "elementwise", or raises naming it."""
+        "avg" (native, then divide), "premul" (each input times the factor in
+        its dtype, then native), "elementwise", or raises naming it."""
         name = _op_name(op)
-        if name == "PREMUL_SUM":
-            raise NotImplementedError(f"detcoll {what}: ReduceOp.PREMUL_SUM is not supported (scale the input, then SUM)")
         if dtype in _FLOAT:
             if name == "SUM":
                 return "native"
             if name == "AVG":
                 return "avg"
+            if name == "PREMUL_SUM":
+                return "premul"
             if name in ("MAX", "MIN", "PRODUCT"):
                 return "elementwise"
             raise TypeError(f"detcoll {what}: ReduceOp.{name} is not defined for {dtype} (bitwise ops take integer or bool tensors)")
         if dtype in _INT or dtype == torch.bool:
+            if name == "PREMUL_SUM":
+                raise TypeError(f"detcoll {what}: ReduceOp.PREMUL_SUM is not exact for {dtype}; it takes float tensors")
             if name == "AVG":
                 raise TypeError(f"detcoll {what}: ReduceOp.AVG is not exact for {dtype}; use SUM and divide")
             if name in ("SUM", "MAX", "MIN", "PRODUCT", "BAND", "BOR", "BXOR"):
@@ -645,9 +811,13 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             raise TypeError(f"detcoll {what}: ReduceOp.{name} is not supported for {dtype}")
         raise TypeError(f"detcoll {what}: dtype {dtype} is not supported (bf16, fp16, fp32, fp64, int8/16/32/64, uint8, bool)")
 
-    def _allreduce_flat(self, flat, op, how):
-        """Allreduces a contiguous CPU tensor in place."""
+    def _allreduce_flat(self, flat, op, how, scale=None):
+        """Allreduces a contiguous CPU tensor in place (scale: PREMUL_SUM's
+        factor as a 0-dim tensor of flat's dtype)."""
         n = flat.numel()
+        if how == "premul":
+            flat.mul_(scale)  # elementwise, rounded once per element
+            how = "native"
         if how in ("native", "avg"):
             self._call("detcollHostAllReduce", _ptr(flat), _ptr(flat), n, _FLOAT[flat.dtype], self._h)
             if how == "avg":
@@ -662,32 +832,70 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         nb = flat.numel() * flat.element_size()
         self._call("detcollHostAllGather", _ptr(flat), _ptr(out), nb, D.UINT8, self._h)
 
+    def _sum_fn(self, t, code, tensors):
+        """The queued form of the hot path: one C call on t's memory."""
+        call, h, n, p = self._host_all_reduce, self._h, t.numel(), t.data_ptr() or None
+
+        def run():
+            rc = call(p, p, n, code, h)
+            if rc:
+                _check(rc, "detcollHostAllReduce")
+            return tensors
+
+        return run
+
     def allreduce(self, tensors, opts=None):
-        op = _opt_op(opts)
         if len(tensors) == 1:
-            # The hot path (DDP buckets, small calls): one contiguous CPU
+            # The hot paths (DDP buckets, small calls): one contiguous CPU
             # float tensor, SUM.
             t = tensors[0]
             code = _FLOAT.get(t.dtype)
+            if code is not None and not t.is_cuda and t.is_contiguous():
+                # dist.all_reduce(t) with the default op, recognised by the
+                # caller's code object (its `op` local is what it put in
+                # opts; reading the options object costs more): blocking, the
+                # C call is made now, on this thread, and no Work is made
+                # (docs/pytorch.md, "Execution"); async, it is queued without
+                # looking at the caller again.
+                f = sys._getframe(1)
+                if f.f_code is _ALL_REDUCE_CODE:
+                    loc = f.f_locals
+                    if loc.get("op") is _SUM_OBJ:
+                        q = self._queue
+                        if loc.get("async_op", True):
+                            return Work(q, q.submit(self._sum_fn(t, code, tensors), True), None)
+                        me = get_ident()
+                        with q._lock:
+                            free = not q._q and not q._closed
+                            if free:
+                                q._q.append(_INLINE)
+                                q._owner = me
+                        if free:
+                            p = t.data_ptr() or None
+                            try:
+                                rc = self._host_all_reduce(p, p, t.numel(), code, self._h)
+                            finally:
+                                q._pop_inline()
+                            if rc:
+                                _check(rc, "detcollHostAllReduce")
+                            return _COMPLETED
+                        return Work(q, q.submit(self._sum_fn(t, code, tensors), False), None)
+        op = _opt_op(opts)
+        if len(tensors) == 1:
+            t = tensors[0]
+            code = _FLOAT.get(t.dtype)
             if code is not None and op == _SUM and not t.is_cuda and t.is_contiguous():
-                call, h, n, p = self._lib.detcollHostAllReduce, self._h, t.numel(), t.data_ptr() or None
-
-                def run():
-                    rc = call(p, p, n, code, h)
-                    if rc:
-                        _check(rc, "detcollHostAllReduce")
-                    return tensors
-
-                return self._new_work(run, 1)
+                return self._new_work(self._sum_fn(t, code, tensors), 1)
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "allreduce") for t in tensors]
+        factor = _premul_factor(opts, "allreduce") if "premul" in hows else None
         if self._cuda(tensors):
-            return self._cuda_allreduce(tensors, op, hows)
+            return self._cuda_allreduce(tensors, op, hows, factor, opts)
 
         def run():
             for t, how in zip(tensors, hows):
                 flat, copied = _flat(t)
-                self._allreduce_flat(flat, op, how)
+                self._allreduce_flat(flat, op, how, _premul_scale(factor, t.dtype) if factor is not None else None)
                 if copied:
                     t.copy_(flat)
             return tensors
@@ -703,6 +911,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         if any(t.dtype != dt for t in tensors):
             raise TypeError("detcoll allreduce_coalesced: every tensor must have the same dtype")
         how = self._check_op(op, dt, "allreduce_coalesced")
+        scale = _premul_scale(_premul_factor(opts, "allreduce_coalesced"), dt) if how == "premul" else None
         if self._cuda(tensors):
             return self._staged(tensors, lambda host: self.allreduce_coalesced(host, opts).wait())
 
@@ -710,7 +919,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             # One buffer: the tree is per element, so the bits equal those of
             # one allreduce per tensor.
             flat = torch.cat([t.reshape(-1) for t in tensors])
-            self._allreduce_flat(flat, op, how)
+            self._allreduce_flat(flat, op, how, scale)
             off = 0
             for t in tensors:
                 n = t.numel()
@@ -726,6 +935,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
         self._check_root(root, "reduce")
         tensors = list(tensors)
         hows = [self._check_op(op, t.dtype, "reduce") for t in tensors]
+        factor = _premul_factor(opts, "reduce") if "premul" in hows else None
         if self._cuda(tensors):
             return self._staged(tensors, lambda host: self.reduce(host, opts).wait())
 
@@ -733,7 +943,7 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             for t, how in zip(tensors, hows):
                 tmp = t.contiguous().clone() if self._rank != root else None
                 flat, copied = (tmp, False) if tmp is not None else _flat(t)
-                self._allreduce_flat(flat, op, how)
+                self._allreduce_flat(flat, op, how, _premul_scale(factor, t.dtype) if factor is not None else None)
                 if self._rank == root and copied:
                     t.copy_(flat)
             return tensors
@@ -825,9 +1035,14 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
 
     # ---- reduce-scatter ----------------------------------------------------------
 
-    def _reduce_scatter_flat(self, src, out, op, how):
-        """src (contiguous, W*n) -> out (contiguous, n): this rank's block."""
+    def _reduce_scatter_flat(self, src, out, op, how, scale=None):
+        """src (contiguous, W*n) -> out (contiguous, n): this rank's block.
+        (PREMUL_SUM: src is scaled into a new tensor; the caller's input is
+        left as it was.)"""
         n = out.numel()
+        if how == "premul":
+            src = src.mul(scale)
+            how = "native"
         if how in ("native", "avg"):
             self._call("detcollHostReduceScatter", _ptr(src), _ptr(out), n, _FLOAT[src.dtype], self._h)
             if how == "avg":
@@ -855,13 +1070,14 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
             if i.numel() != out.numel() or i.dtype != out.dtype:
                 raise ValueError(f"detcoll reduce_scatter: inputs must match the output ({out.numel()} {out.dtype})")
         how = self._check_op(op, out.dtype, "reduce_scatter")
+        scale = _premul_scale(_premul_factor(opts, "reduce_scatter"), out.dtype) if how == "premul" else None
         if self._cuda([out] + ins):
             return self._staged([out], lambda host: self.reduce_scatter(host, [[i.cpu() for i in ins]], opts).wait())
 
         def run():
             src = torch.cat([i.reshape(-1) for i in ins])
             dst, copied = _flat(out)
-            self._reduce_scatter_flat(src, dst, op, how)
+            self._reduce_scatter_flat(src, dst, op, how, scale)
             if copied:
                 out.copy_(dst)
             return [out]
@@ -875,15 +1091,22 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
                 f"detcoll _reduce_scatter_base: input has {input.numel()} {input.dtype}, want {self._size} x {output.numel()} {output.dtype}"
             )
         how = self._check_op(op, output.dtype, "reduce_scatter_tensor")
+        factor = _premul_factor(opts, "reduce_scatter_tensor") if how == "premul" else None
         if output.is_cuda or input.is_cuda:
+            if how == "premul" and input.is_cuda:
+                # scaled into a new tensor on the current stream, then the device sum
+                input = input.contiguous().mul(_premul_scale(factor, input.dtype, input.device))
+                how = "native"
             if how in ("native", "avg"):
                 return self._cuda_native("detcollReduceScatter", output, input, output.numel(), avg=how == "avg")
             return self._staged([output], lambda host: self._reduce_scatter_base(host[0], input.cpu(), opts).wait())
 
+        scale = _premul_scale(factor, output.dtype) if factor is not None else None
+
         def run():
             src = input.contiguous()
             dst, copied = _flat(output)
-            self._reduce_scatter_flat(src, dst, op, how)
+            self._reduce_scatter_flat(src, dst, op, how, scale)
             if copied:
                 output.copy_(dst)
             return [output]
@@ -1068,13 +1291,16 @@ class ProcessGroupDetcoll(dist.ProcessGroup):
     # Work.wait() makes the current stream wait for an event recorded after
     # the call. This needs a GPU and cannot run in CI.
 
-    def _cuda_allreduce(self, tensors, op, hows):
-        if any(h not in ("native", "avg") for h in hows):
-            return self._staged(tensors, lambda host: self.allreduce(host, _opts(op)).wait())
+    def _cuda_allreduce(self, tensors, op, hows, factor=None, opts=None):
+        opts = opts if opts is not None else _opts(op)
+        if any(h not in ("native", "avg", "premul") for h in hows):
+            return self._staged(tensors, lambda host: self.allreduce(host, opts).wait())
         for t, how in zip(tensors, hows):
             if not t.is_contiguous():
-                return self._staged(tensors, lambda host: self.allreduce(host, _opts(op)).wait())
+                return self._staged(tensors, lambda host: self.allreduce(host, opts).wait())
         for t, how in zip(tensors, hows):
+            if how == "premul":
+                t.mul_(_premul_scale(factor, t.dtype, t.device))  # on the current stream, before the sum
             self._device_call("detcollAllReduce", _ptr(t), _ptr(t), t.numel(), _FLOAT[t.dtype], t)
             if how == "avg":
                 t.div_(self._size)
