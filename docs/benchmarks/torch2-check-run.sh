@@ -13,14 +13,14 @@ export DETCOLL_LIB=$PWD/bin/libdetcoll.so PYTHONPATH=$PWD/python OMP_NUM_THREADS
 $V/python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee "$OUT/torch.txt"
 rc=0
 port=29700
-for b in detcoll cpu:gloo,cuda:detcoll; do
+for b in ${BACKENDS-detcoll cpu:gloo,cuda:detcoll}; do
 	port=$((port + 1))
 	f="$OUT/cuda-${b//[:,]/_}.log"
 	timeout 200 $V/torchrun --nproc-per-node 1 --master-port $port docs/benchmarks/torch-cuda-check.py "$b" >"$f" 2>&1 || rc=1
 	echo "== CUDA tensors, W=1, backend $b: $(tail -1 "$f")"
 done
-for w in 1 2 4; do
-	for s in main premul ddp faults; do
+for w in ${WORLDS:-1 2 4}; do
+	for s in ${SUITES:-main premul ddp faults}; do
 		port=$((port + 1))
 		f="$OUT/cpu-w$w-$s.log"
 		timeout 240 $V/torchrun --nproc-per-node $w --master-port $port python/tests/torch_backend_check.py "$s" >"$f" 2>&1 || { rc=1; echo "!! W=$w $s failed:"; grep -v '^\s*$' "$f" | tail -6; }

@@ -66,7 +66,8 @@ def expect_raise(exc, fn, what, contains=None):
     try:
         fn()
     except exc as e:
-        if contains and contains not in str(e):
+        alts = (contains,) if isinstance(contains, str) else contains
+        if alts and not any(a in str(e) for a in alts):
             raise AssertionError(f"rank {RANK} {what}: {type(e).__name__} does not say {contains!r}: {e}")
         return e
     raise AssertionError(f"rank {RANK} {what}: no {exc.__name__} raised")
@@ -172,7 +173,8 @@ def check_bad_input():
     same_bits(torch.view_as_real(c).reshape(-1), oracle("SUM", inputs, W), "complex SUM")
     expect_raise(NotImplementedError, lambda: dist.recv(torch.ones(1)), "recv from any source", "any source")
     if W > 1:
-        expect_raise(ValueError, lambda: dist.send(torch.ones(1), dst=RANK), "send to self", "peer")
+        # torch >= 2 refuses a send to self itself, before the backend sees it.
+        expect_raise(ValueError, lambda: dist.send(torch.ones(1), dst=RANK), "send to self", ("peer", "destination rank should not be the same"))
     expect_raise(ValueError, lambda: dist.broadcast(torch.ones(1), src=W), "broadcast from a rank out of range")
     # the group is still usable after argument errors
     x = torch.ones(3)
