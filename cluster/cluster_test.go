@@ -52,13 +52,36 @@ func (k killer) Send(ctx context.Context, peer int, tag transport.Tag, buf []byt
 	return k.Transport.Send(ctx, peer, tag, buf)
 }
 
+// killerSharer is killer over a transport with a shared window (shm),
+// whose collectives publish instead of sending: it dies at the first
+// publication of data.
+type killerSharer struct {
+	killer
+	sh transport.Sharer
+}
+
+func (k killerSharer) WindowBytes() int { return k.sh.WindowBytes() }
+func (k killerSharer) Stage(ctx context.Context, n int) ([]byte, error) {
+	return k.sh.Stage(ctx, n)
+}
+func (k killerSharer) Publish(ctx context.Context, tag transport.Tag) ([][]byte, error) {
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+func (k killerSharer) Release() { k.sh.Release() }
+
 func helper(mode string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opt := Options{CommOptions: []detcoll.CommOption{detcoll.WithTimeout(2 * time.Second)}}
 	rank, _ := strconv.Atoi(os.Getenv("DETCOLL_RANK"))
 	if mode == "kill" && rank == 2 {
-		opt.WrapTransport = func(t transport.Transport) transport.Transport { return killer{t} }
+		opt.WrapTransport = func(t transport.Transport) transport.Transport {
+			if sh, ok := t.(transport.Sharer); ok {
+				return killerSharer{killer{t}, sh}
+			}
+			return killer{t}
+		}
 	}
 	job, err := Init(ctx, opt)
 	if err != nil {

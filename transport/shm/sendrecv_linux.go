@@ -123,7 +123,7 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 			if ready() {
 				return nil
 			}
-			if err := t.interrupted(ctx, peer, r); err != nil {
+			if err := t.waitCheck(ctx, peer, r, check); err != nil {
 				return err
 			}
 		}
@@ -134,13 +134,8 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 		if ready() {
 			return nil
 		}
-		if err := t.interrupted(ctx, peer, r); err != nil {
+		if err := t.waitCheck(ctx, peer, r, check); err != nil {
 			return err
-		}
-		if check != nil {
-			if err := check(); err != nil {
-				return err
-			}
 		}
 		seq := word.Load()
 		if waiting != nil {
@@ -164,6 +159,18 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 		}
 		sleep = min(2*sleep, maxSleep)
 	}
+}
+
+// waitCheck runs a wait's own check (a peer in another collective) before
+// the interruptions: a peer that sent what shows the mismatch and then
+// closed (or exited) is reported as the mismatch, not as a closed peer.
+func (t *Transport) waitCheck(ctx context.Context, peer int, r *ring, check func() error) error {
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return t.interrupted(ctx, peer, r)
 }
 
 func (t *Transport) begin(op string, peer int) error {

@@ -220,7 +220,7 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 			if p < 0 {
 				return -1, nil
 			}
-			if err := t.winInterrupted(ctx, p); err != nil {
+			if err := t.winCheck(ctx, p, check); err != nil {
 				return p, err
 			}
 		}
@@ -232,13 +232,8 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 		if p < 0 {
 			return -1, nil
 		}
-		if err := t.winInterrupted(ctx, p); err != nil {
+		if err := t.winCheck(ctx, p, check); err != nil {
 			return p, err
-		}
-		if check != nil {
-			if err := check(p); err != nil {
-				return p, err
-			}
 		}
 		seq := bell.Load()
 		waiters.Add(1)
@@ -292,6 +287,16 @@ func (t *Transport) messageWaiting(peer int, want transport.Tag) error {
 func (t *Transport) pubTag(p, slot int) transport.Tag {
 	ph := t.winWord(p, rwHdr+slot*64)
 	return transport.Tag{Phase: t.seg.u32(ph + 8).Load(), Seq: t.seg.u64(ph + 24).Load(), Sig: t.seg.u64(ph + 32).Load()}
+}
+
+// winCheck is waitCheck for the window: the mismatch check first.
+func (t *Transport) winCheck(ctx context.Context, peer int, check func(p int) error) error {
+	if check != nil {
+		if err := check(peer); err != nil {
+			return err
+		}
+	}
+	return t.winInterrupted(ctx, peer)
 }
 
 func (t *Transport) winInterrupted(ctx context.Context, peer int) error {
