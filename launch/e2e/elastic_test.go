@@ -120,7 +120,44 @@ func TestElasticMaxJoinedStartsAtOnce(t *testing.T) {
 	}
 }
 
-// A node that comes after the rendezvous closed fails at once with a clear
+// bgNode is a launcher started in the background.
+type bgNode struct {
+	cmd      *exec.Cmd
+	out, err lockedBuffer
+	done     chan error
+}
+
+func startNode(t *testing.T, ctx context.Context, env []string, args ...string) *bgNode {
+	t.Helper()
+	n := &bgNode{cmd: exec.CommandContext(ctx, detcollBin, args...), done: make(chan error, 1)}
+	n.cmd.Env = env
+	n.cmd.Stdout, n.cmd.Stderr = &n.out, &n.err
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n.done <- n.cmd.Wait() }()
+	return n
+}
+
+// waitOutput waits until the node's stdout contains want.
+func (n *bgNode) waitOutput(t *testing.T, want string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !strings.Contains(n.out.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within %v:\n%s\n%s", want, d, n.out.String(), n.err.String())
+		}
+	}
+}
+
+// wait waits for the node's exit and fails the test unless it is 0.
+func (n *bgNode) wait(t *testing.T, name string) {
+	t.Helper()
+	if err := <-n.done; err != nil {
+		t.Errorf("%s: %v\nstdout:\n%s\nstderr:\n%s", name, err, n.out.String(), n.err.String())
+	}
+}
+
+// A node that comes while MAX nodes run is refused at once with a clear
 // error (exit 1), and the running job is not disturbed.
 func TestElasticLateNodeRefused(t *testing.T) {
 	t.Parallel()
@@ -128,98 +165,132 @@ func TestElasticLateNodeRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	args := elasticArgs(port, "1:2", "0.5", "/bin/sh", "-c", elasticScript+"; sleep 3")
-	n0 := exec.CommandContext(ctx, detcollBin, args...)
-	n0.Env = cleanEnv("DETCOLL_TOKEN=tok")
-	var out0, err0 lockedBuffer
-	n0.Stdout, n0.Stderr = &out0, &err0
-	if err := n0.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(out0.String(), "[rank 1] rank 1 of 2") {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 0 never started its workers:\n%s\n%s", out0.String(), err0.String())
+	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	for _, n := range []*bgNode{n0, n1} {
+		for deadline := time.Now().Add(20 * time.Second); strings.Count(n.out.String(), "of 4 node") < 2; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a node never started its workers:\n%s\n%s", n.out.String(), n.err.String())
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	late := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	want := `launch: rendezvous closed: the rendezvous of job "elastic" (store 127.0.0.1:` + strconv.Itoa(port) +
-		", --nnodes 1:2) admitted no more nodes: it had closed before this node joined; the job runs with 1 node, without this one"
+		", --nnodes 1:2) admitted no more nodes: it was full (the most nodes --nnodes 1:2 admits had joined); the job runs with 2 nodes, without this one"
 	if late.code != 1 || !strings.Contains(late.stderr, want) || late.stdout != "" {
 		t.Errorf("late node: exit %d in %v, want 1 and %q\nstdout:\n%s\nstderr:\n%s", late.code, late.took, want, late.stdout, late.stderr)
 	}
 	if late.took > 5*time.Second {
 		t.Errorf("the late node took %v to be refused", late.took)
 	}
-	if err := n0.Wait(); err != nil {
-		t.Errorf("node 0: %v\n%s\n%s", err, out0.String(), err0.String())
-	}
-	if strings.Contains(out0.String(), "of 4") {
-		t.Errorf("node 0's job grew:\n%s", out0.String())
+	n0.wait(t, "node 0")
+	n1.wait(t, "node 1")
+	for _, n := range []*bgNode{n0, n1} {
+		if s := n.out.String() + n.err.String(); strings.Contains(s, "of 6") || strings.Contains(s, "restarting") {
+			t.Errorf("the job changed:\n%s", s)
+		}
 	}
 }
 
-// --max-restarts with an elastic job: rank 2 (node 1) fails in the first
-// attempt; both nodes come back, are admitted again (MAX, at once) and
-// succeed.
-func TestElasticRestartReadmits(t *testing.T) {
-	t.Parallel()
-	port := freePort(t)
-	script := `echo "attempt $TORCHELASTIC_RESTART_COUNT ` + strings.TrimPrefix(elasticScript, `echo "`) +
-		`; if [ "$RANK" = 2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; sleep 0.3`
-	args := elasticArgs(port, "1:2", "20", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
-	res := runNodes(t, 40*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args, args)
-	all := ""
-	for i, r := range res {
-		if r.code != 0 || !strings.Contains(r.stderr, "restarting it (restart 1 of 1)") {
-			t.Errorf("node %d: exit %d\n%s%s", i, r.code, r.stdout, r.stderr)
-		}
-		all += r.stdout + r.stderr
-		if r.took > 20*time.Second {
-			t.Errorf("node %d took %v: the restarted rendezvous waited for the last call", i, r.took)
-		}
-	}
-	for rank := range 4 {
-		if want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 4 node %d of 2", rank, rank, rank/2); !strings.Contains(all, want) {
-			t.Errorf("missing %q in\n%s", want, all)
-		}
-	}
-	if n := strings.Count(all, "rendezvous closed with 2 nodes of --nnodes 1:2 (all of them joined)"); n != 2 {
-		t.Errorf("%d admissions of 2 nodes, want 2 (one per attempt)\n%s", n, all)
-	}
-}
+// growScript loops, printing what it sees, until the group has two nodes.
+const growScript = `while :; do echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
+	`if [ "$WORLD_SIZE" = 4 ]; then exit 0; fi; sleep 0.2; done`
 
-// A node that comes while a restarted attempt runs meets that attempt's
-// closed admission: the same clear error at once, not a wait under the
-// first attempt's keys.
-func TestElasticLateNodeRefusedAfterRestart(t *testing.T) {
+// torchrun's scale-up: a 1:2 job runs with one node; a second node comes,
+// waits, and node 0 restarts the group to admit it. Both nodes' workers
+// then see WORLD_SIZE 4 and TORCHELASTIC_RESTART_COUNT 1, and the restart
+// is not counted against --max-restarts 0.
+func TestElasticGrowsToAdmitWaitingNode(t *testing.T) {
 	t.Parallel()
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	script := `echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK"; if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; sleep 3`
-	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
-	n0 := exec.CommandContext(ctx, detcollBin, args...)
-	n0.Env = cleanEnv("DETCOLL_TOKEN=tok")
-	var out0, err0 lockedBuffer
-	n0.Stdout, n0.Stderr = &out0, &err0
-	if err := n0.Start(); err != nil {
-		t.Fatal(err)
+	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "0", "--grace-period", "1s", "/bin/sh", "-c", growScript)
+	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n0.waitOutput(t, "[rank 1] attempt 0 rank 1 of 2 node 0 of 1", 20*time.Second)
+	arrived := time.Now()
+	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n0.wait(t, "node 0")
+	n1.wait(t, "node 1")
+	if took := time.Since(arrived); took > 15*time.Second {
+		t.Errorf("the group took %v to take in the waiting node", took)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(out0.String(), "[rank 1] attempt 1 rank 1") {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 0 never restarted its workers:\n%s\n%s", out0.String(), err0.String())
+	out0, out1 := n0.out.String(), n1.out.String()
+	for rank := range 4 {
+		want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 4 node %d of 2", rank, rank, rank/2)
+		if !strings.Contains(out0+out1, want) {
+			t.Errorf("missing %q in\n%s%s", want, out0, out1)
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Contains(out1, "of 2 node") || strings.Contains(out1, "attempt 0") {
+		t.Errorf("the new node ran in the first attempt:\n%s", out1)
+	}
+	want := "detcoll launch: node 0: launch: node 0: 1 node waiting to join the running group of 1 node (--nnodes 1:2); restarting the worker group to admit it (attempt 1; not counted against --max-restarts)"
+	if !strings.Contains(n0.err.String(), want) {
+		t.Errorf("node 0 does not say %q:\n%s", want, n0.err.String())
+	}
+	if want := "this node waits for the group to restart and admit it"; !strings.Contains(n1.err.String(), want) {
+		t.Errorf("the new node does not say %q:\n%s", want, n1.err.String())
+	}
+	if n := strings.Count(n0.err.String(), "rendezvous closed with"); n != 2 {
+		t.Errorf("%d admissions on node 0, want 2:\n%s", n, n0.err.String())
+	}
+}
+
+// A failure restart, then a scale-up: the restarted attempt (restart 1 of
+// 1) runs alone; a node that comes then is admitted by a regroup (attempt
+// 2), learns node 0's failure count, and the job succeeds.
+func TestElasticGrowsAfterRestart(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	script := `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; ` + growScript
+	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
+	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n0.waitOutput(t, "[rank 1] attempt 1 rank 1 of 2", 20*time.Second)
+	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n0.wait(t, "node 0")
+	n1.wait(t, "node 1")
+	all := n0.out.String() + n1.out.String()
+	for rank := range 4 {
+		if want := fmt.Sprintf("[rank %d] attempt 2 rank %d of 4 node %d of 2", rank, rank, rank/2); !strings.Contains(all, want) {
+			t.Errorf("missing %q in\n%s", want, all)
+		}
+	}
+	if s := n0.err.String(); !strings.Contains(s, "restarting it (restart 1 of 1)") || !strings.Contains(s, "(attempt 2; not counted against --max-restarts)") {
+		t.Errorf("node 0:\n%s", s)
+	}
+}
+
+// MIN = MAX: the job is not elastic, so a node that comes while it runs is
+// refused at once (exit 2), and the job is neither grown nor restarted.
+func TestFixedNnodesRefusesLateNode(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	args := elasticArgs(port, "2:2", "0.5", "/bin/sh", "-c", elasticScript+"; sleep 3")
+	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	for _, n := range []*bgNode{n0, n1} {
+		for deadline := time.Now().Add(20 * time.Second); strings.Count(n.out.String(), "of 4 node") < 2; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a node never started its workers:\n%s\n%s", n.out.String(), n.err.String())
+			}
+		}
 	}
 	late := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	want := "it had closed before this node joined; the job runs with 1 node, without this one"
-	if late.code != 1 || !strings.Contains(late.stderr, want) || late.took > 5*time.Second {
-		t.Errorf("late node: exit %d in %v, want 1 at once and %q\nstdout:\n%s\nstderr:\n%s", late.code, late.took, want, late.stdout, late.stderr)
+	want := "more nodes joined than Nnodes (--nnodes)=2"
+	if late.code != 2 || !strings.Contains(late.stderr, want) || late.stdout != "" || late.took > 5*time.Second {
+		t.Errorf("late node: exit %d in %v, want 2 at once and %q\nstdout:\n%s\nstderr:\n%s", late.code, late.took, want, late.stdout, late.stderr)
 	}
-	if err := n0.Wait(); err != nil {
-		t.Errorf("node 0: %v\n%s\n%s", err, out0.String(), err0.String())
+	n0.wait(t, "node 0")
+	n1.wait(t, "node 1")
+	for _, n := range []*bgNode{n0, n1} {
+		if s := n.out.String() + n.err.String(); strings.Contains(s, "of 6") || strings.Contains(s, "restarting") || strings.Contains(s, "waiting to join") {
+			t.Errorf("the job changed:\n%s", s)
+		}
 	}
 }
 
