@@ -192,9 +192,14 @@ func TestElasticLateNodeRefused(t *testing.T) {
 	}
 }
 
-// growScript loops, printing what it sees, until the group has two nodes.
-const growScript = `while :; do echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
-	`if [ "$WORLD_SIZE" = 4 ]; then exit 0; fi; sleep 0.2; done`
+// growScriptTo loops, printing what it sees, until WORLD_SIZE is world.
+func growScriptTo(world int) string {
+	return `while :; do echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
+		`if [ "$WORLD_SIZE" = ` + strconv.Itoa(world) + ` ]; then exit 0; fi; sleep 0.2; done`
+}
+
+// growScript loops until the group has two nodes.
+var growScript = growScriptTo(4)
 
 // torchrun's scale-up: a 1:2 job runs with one node; a second node comes,
 // waits, and node 0 restarts the group to admit it. Both nodes' workers
@@ -260,6 +265,45 @@ func TestElasticGrowsAfterRestart(t *testing.T) {
 	}
 	if s := n0.err.String(); !strings.Contains(s, "restarting it (restart 1 of 1)") || !strings.Contains(s, "(attempt 2; not counted against --max-restarts)") {
 		t.Errorf("node 0:\n%s", s)
+	}
+}
+
+// 1:3 running with two nodes: a third comes; node 0 regroups and node 1,
+// told through the abort record, restarts too, so all three run attempt 1
+// with WORLD_SIZE 6.
+func TestElasticGrowsFromTwoToThree(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	args := elasticArgs(port, "1:3", "0.5", "--grace-period", "1s", "/bin/sh", "-c", growScriptTo(6))
+	a := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	b := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	a.waitOutput(t, "attempt 0 rank", 20*time.Second)
+	for _, want := range []string{"attempt 0 rank 0 of 4 node 0 of 2", "attempt 0 rank 3 of 4 node 1 of 2"} {
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(a.out.String()+b.out.String(), want); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q:\n%s%s\n%s%s", want, a.out.String(), b.out.String(), a.err.String(), b.err.String())
+			}
+		}
+	}
+	c := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
+	a.wait(t, "node a")
+	b.wait(t, "node b")
+	c.wait(t, "node c")
+	all := a.out.String() + b.out.String() + c.out.String()
+	for rank := range 6 {
+		if want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 6 node %d of 3", rank, rank, rank/2); !strings.Contains(all, want) {
+			t.Errorf("missing %q in\n%s", want, all)
+		}
+	}
+	for name, n := range map[string]*bgNode{"a": a, "b": b} {
+		if want := "1 node waiting to join the running group of 2 nodes (--nnodes 1:3); restarting the worker group to admit it (attempt 1"; !strings.Contains(n.err.String(), want) {
+			t.Errorf("node %s does not say %q:\n%s", name, want, n.err.String())
+		}
+	}
+	if strings.Contains(c.out.String(), "attempt 0") {
+		t.Errorf("the new node ran in the first attempt:\n%s", c.out.String())
 	}
 }
 
