@@ -192,6 +192,36 @@ func TestElasticLateNodeRefused(t *testing.T) {
 	}
 }
 
+// --max-restarts with an elastic job: rank 2 (node 1) fails in the first
+// attempt; both nodes come back, are admitted again (MAX, at once) and
+// succeed.
+func TestElasticRestartReadmits(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	script := `echo "attempt $TORCHELASTIC_RESTART_COUNT ` + strings.TrimPrefix(elasticScript, `echo "`) +
+		`; if [ "$RANK" = 2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; sleep 0.3`
+	args := elasticArgs(port, "1:2", "20", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
+	res := runNodes(t, 40*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args, args)
+	all := ""
+	for i, r := range res {
+		if r.code != 0 || !strings.Contains(r.stderr, "restarting it (restart 1 of 1)") {
+			t.Errorf("node %d: exit %d\n%s%s", i, r.code, r.stdout, r.stderr)
+		}
+		all += r.stdout + r.stderr
+		if r.took > 20*time.Second {
+			t.Errorf("node %d took %v: the restarted rendezvous waited for the last call", i, r.took)
+		}
+	}
+	for rank := range 4 {
+		if want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 4 node %d of 2", rank, rank, rank/2); !strings.Contains(all, want) {
+			t.Errorf("missing %q in\n%s", want, all)
+		}
+	}
+	if n := strings.Count(all, "rendezvous closed with 2 nodes of --nnodes 1:2 (all of them joined)"); n != 2 {
+		t.Errorf("%d admissions of 2 nodes, want 2 (one per attempt)\n%s", n, all)
+	}
+}
+
 // growScriptTo loops, printing what it sees, until WORLD_SIZE is world.
 func growScriptTo(world int) string {
 	return `while :; do echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
