@@ -208,8 +208,12 @@ type RegroupError struct {
 }
 
 func (e *RegroupError) Error() string {
-	return fmt.Sprintf("launch: node %d: %d node%s waiting to join the running group of %d node%s (--nnodes %s)",
-		e.Node, e.Waiting, plural(e.Waiting), e.Nodes, plural(e.Nodes), e.Nnodes)
+	return fmt.Sprintf("launch: node %d: %s", e.Node, e.what())
+}
+
+func (e *RegroupError) what() string {
+	return fmt.Sprintf("%d node%s waiting to join the running group of %d node%s (--nnodes %s)",
+		e.Waiting, plural(e.Waiting), e.Nodes, plural(e.Nodes), e.Nnodes)
 }
 
 // AbortError reports that node Node aborted the job, and why.

@@ -81,8 +81,12 @@ func (j *job) run(ctx context.Context) error {
 			// As torchelastic's agent: a membership change restarts the
 			// group but does not count against --max-restarts.
 			j.attempt++
-			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: %v; restarting the worker group to admit %s (attempt %d; not counted against --max-restarts)\n",
-				c.NodeRank, rg, map[bool]string{true: "it", false: "them"}[rg.Waiting == 1], j.attempt)
+			them := "them"
+			if rg.Waiting == 1 {
+				them = "it"
+			}
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: node %d saw %s; restarting the worker group to admit %s (attempt %d; not counted against --max-restarts)\n",
+				c.NodeRank, rg.Node, rg.what(), them, j.attempt)
 			j.workers = nil
 			continue
 		}

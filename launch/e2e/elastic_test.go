@@ -260,7 +260,7 @@ func TestElasticGrowsToAdmitWaitingNode(t *testing.T) {
 	if strings.Contains(out1, "of 2 node") || strings.Contains(out1, "attempt 0") {
 		t.Errorf("the new node ran in the first attempt:\n%s", out1)
 	}
-	want := "detcoll launch: node 0: launch: node 0: 1 node waiting to join the running group of 1 node (--nnodes 1:2); restarting the worker group to admit it (attempt 1; not counted against --max-restarts)"
+	want := "detcoll launch: node 0: node 0 saw 1 node waiting to join the running group of 1 node (--nnodes 1:2); restarting the worker group to admit it (attempt 1; not counted against --max-restarts)"
 	if !strings.Contains(n0.err.String(), want) {
 		t.Errorf("node 0 does not say %q:\n%s", want, n0.err.String())
 	}
@@ -328,7 +328,7 @@ func TestElasticGrowsFromTwoToThree(t *testing.T) {
 		}
 	}
 	for name, n := range map[string]*bgNode{"a": a, "b": b} {
-		if want := "1 node waiting to join the running group of 2 nodes (--nnodes 1:3); restarting the worker group to admit it (attempt 1"; !strings.Contains(n.err.String(), want) {
+		if want := "node 0 saw 1 node waiting to join the running group of 2 nodes (--nnodes 1:3); restarting the worker group to admit it (attempt 1"; !strings.Contains(n.err.String(), want) {
 			t.Errorf("node %s does not say %q:\n%s", name, want, n.err.String())
 		}
 	}
