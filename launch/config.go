@@ -101,6 +101,7 @@ type Config struct {
 	RdzvTimeout time.Duration
 	// MaxRestarts is how many times the whole worker group (every node's)
 	// is restarted after a worker failure, each time with a new store.
+	// An elastic job's restarts to admit waiting nodes do not count.
 	MaxRestarts int
 	Role        string // ROLE_NAME; "" means "default"
 	// MonitorInterval is the node heartbeat period; 0 means

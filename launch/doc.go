@@ -153,7 +153,11 @@
 // An elastic job (MinNodes < Nnodes, torchrun's --nnodes MIN:MAX) first
 // admits its nodes, in join order, until Nnodes have joined or, once
 // MinNodes have, until LastCallTimeout passes without a new one; it then
-// runs as a fixed job of the admitted nodes. A node that comes later gets a
-// *RendezvousClosedError at once. Each attempt admits anew. The running
-// group does not grow (no scale-up while it runs).
+// runs as a fixed job of the admitted nodes. Each attempt admits anew. A
+// node that comes while an attempt runs with fewer than Nnodes nodes waits
+// (torchrun's scale-up): node 0 sees it within a second, stops the group
+// on every node (a *RegroupError, handled by Run) and starts the next
+// attempt, whose admission takes it in; this does not count against
+// MaxRestarts. A node that comes while Nnodes run, or to a job that is not
+// elastic, gets a *RendezvousClosedError (or a config error) at once.
 package launch

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -32,6 +33,11 @@ const closedBias = 1 << 40
 // restarted attempt.
 const attemptKey = keyPrefix + "attempt"
 
+// failuresKey (beside attemptKey) holds how many failure restarts node 0
+// has counted, so that a node that joins a later attempt (a regroup
+// admits it) decides the next failure as the others do.
+const failuresKey = keyPrefix + "failures"
+
 // prefix is this attempt's key prefix.
 func (j *job) prefix() string {
 	if j.attempt == 0 {
@@ -58,7 +64,15 @@ func (j *job) syncAttempt(ctx context.Context, st store.Store) error {
 	if cur < j.attempt {
 		return fmt.Errorf("launch: node 0's store is still attempt %d's, this node is at attempt %d", cur, j.attempt)
 	}
-	j.attempt = cur
+	b, err = st.Get(ctx, failuresKey)
+	if err != nil {
+		return err
+	}
+	f, err := strconv.Atoi(string(b))
+	if err != nil || f < 0 || f > cur {
+		return fmt.Errorf("launch: node 0's store names %q failure restarts at attempt %d", b, cur)
+	}
+	j.attempt, j.failures = cur, f
 	return nil
 }
 
@@ -151,14 +165,20 @@ func (j *job) takeTicket(ctx context.Context, st store.Store, addr string) (int,
 	}
 	if v >= closedBias || v >= int64(c.Nnodes) {
 		e := &RendezvousClosedError{RdzvID: c.RdzvID, Store: addr, Nnodes: c.nnodesSpec(), Full: v < closedBias}
-		// For the message only: node 0 publishes the number when it
-		// closes, at once when the rendezvous is full.
+		// Node 0 publishes the number right after it closes, at once
+		// when the rendezvous is full.
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
 		if b, err := st.Get(gctx, "nnodes"); err == nil {
 			e.Admitted, _ = strconv.Atoi(string(b))
 		}
 		cancel()
-		return 0, e
+		if e.Admitted >= c.Nnodes {
+			e.Full = true
+		}
+		if e.Full || e.Admitted == 0 {
+			return 0, e
+		}
+		return 0, j.awaitRegroup(ctx, st, addr, e.Admitted)
 	}
 	c.NodeRank = int(v)
 	stop := notice(ctx, func(waited time.Duration) {
@@ -175,4 +195,67 @@ func (j *job) takeTicket(ctx context.Context, st store.Store, addr string) (int,
 		return 0, fmt.Errorf("launch: node %d: node 0 closed the rendezvous with %q nodes, not in %d…%d", c.NodeRank, b, c.NodeRank+1, c.Nnodes)
 	}
 	return n, nil
+}
+
+// errRegroup tells join that this node waited for a running attempt to
+// stop (to admit it, or because it failed): it dials again and joins the
+// next attempt's admission.
+var errRegroup = errors.New("launch: the running attempt stopped; joining the next one")
+
+// awaitRegroup is a node that came while an elastic attempt runs with
+// admitted < MAX nodes: as in torchrun's c10d rendezvous, it is not
+// refused but waits. It counts itself under "waiting" (node 0 polls the
+// counter and stops the group, see watchWaiting) and waits for the
+// attempt's abort record, or for the store to go. Then it takes the next
+// attempt as its own, so that it meets node 0's next store. The wait is
+// bounded by join's rendezvous timeout: if the job ends instead, the node
+// fails as one that comes after the job ended.
+func (j *job) awaitRegroup(ctx context.Context, st store.Store, addr string, admitted int) error {
+	c := &j.cfg
+	if _, err := st.Add(ctx, "waiting", 1); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stderr, "detcoll launch: the running attempt of job %q has %d of at most %d nodes (--nnodes %s); this node waits for the group to restart and admit it (rendezvous timeout %v)\n",
+		c.RdzvID, admitted, c.Nnodes, c.nnodesSpec(), c.RdzvTimeout)
+	err := st.Wait(ctx, "abort")
+	if ctx.Err() != nil { // join tells an interruption from the timeout
+		return &RendezvousTimeoutError{Node: -1, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr,
+			Reason: fmt.Sprintf("this node waited to join the running group of %d node%s, which did not restart to admit it", admitted, plural(admitted))}
+	}
+	_ = err // a lost store also ends the attempt: dial the next one
+	j.attempt++
+	return errRegroup
+}
+
+// growPoll is how often node 0 reads the "waiting" counter while an
+// elastic attempt runs with fewer than MAX nodes (torchelastic's agent
+// checks num_nodes_waiting on each monitor pass, 0.1 s by default; 1 s
+// is plenty against a restart that takes longer).
+var growPoll = time.Second
+
+// watchWaiting is node 0's: while the attempt runs with fewer than MAX
+// nodes it polls "waiting" every growPoll and sends the count once it is
+// above zero; nil when there is nothing to watch. It stops with ctx.
+func (j *job) watchWaiting(ctx context.Context) <-chan int {
+	c := &j.cfg
+	if j.nodes == nil || !c.elastic() || c.NodeRank != 0 || j.nnodes >= c.Nnodes {
+		return nil
+	}
+	found := make(chan int, 1)
+	go func() {
+		t := time.NewTicker(growPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if v, err := j.nodes.st.Add(ctx, "waiting", 0); err == nil && v > 0 {
+				found <- int(v)
+				return
+			}
+		}
+	}()
+	return found
 }

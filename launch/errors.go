@@ -195,6 +195,27 @@ func (e *InterruptedError) Unwrap() error { return e.Err }
 // a *WorkerError with Remote set).
 var ErrAborted = errors.New("job aborted by another node")
 
+// RegroupError is an elastic attempt's end when nodes are waiting to join
+// it: node 0 saw them while the group ran with fewer than MAX nodes and
+// stopped the group, and every node then starts the next attempt, whose
+// admission takes them in. Run handles it (it is not a failure and does
+// not count against MaxRestarts); it only escapes Run if the context ends.
+type RegroupError struct {
+	Node    int // the node that saw the waiting nodes (node 0)
+	Nodes   int // nodes in the attempt that was stopped
+	Waiting int // nodes waiting to join
+	Nnodes  string
+}
+
+func (e *RegroupError) Error() string {
+	return fmt.Sprintf("launch: node %d: %s", e.Node, e.what())
+}
+
+func (e *RegroupError) what() string {
+	return fmt.Sprintf("%d node%s waiting to join the running group of %d node%s (--nnodes %s)",
+		e.Waiting, plural(e.Waiting), e.Nodes, plural(e.Nodes), e.Nnodes)
+}
+
 // AbortError reports that node Node aborted the job, and why.
 type AbortError struct {
 	Node   int

@@ -29,6 +29,9 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 		var ie *InterruptedError
 		var rt *RendezvousTimeoutError
 		var rc *RendezvousClosedError
+		if errors.Is(err, errRegroup) && rctx.Err() == nil {
+			continue // the attempt this node waited on stopped: join the next
+		}
 		if err == nil || j.attempt == 0 || c.NodeRank == 0 || errors.Is(err, ErrInvalidConfig) ||
 			errors.As(err, &ie) || errors.As(err, &rt) || errors.As(err, &rc) || rctx.Err() != nil {
 			return nd, err

@@ -27,6 +27,8 @@ import (
 //	finished      counter of nodes whose workers are done; all_finished
 //	left          counter of nodes done with the store; all_left
 //	hb/<r>        counter: node r's heartbeat, one per MonitorInterval
+//	waiting       counter: nodes that came after an elastic admission
+//	              closed with fewer than MAX and wait for the next attempt
 //
 // After the N-th restart the keys are under keyPrefix+"attemptN/", in the
 // new store node 0 serves for that attempt.
@@ -49,9 +51,15 @@ type abortRecord struct {
 	Node   int          `json:"node"`
 	Reason string       `json:"reason,omitempty"`
 	Worker *WorkerError `json:"worker,omitempty"`
+	// Regroup, when set, says the group stops to admit waiting nodes.
+	Regroup *RegroupError `json:"regroup,omitempty"`
 }
 
 func (r abortRecord) err() error {
+	if r.Regroup != nil {
+		rg := *r.Regroup
+		return &rg
+	}
 	if r.Worker != nil {
 		w := *r.Worker
 		w.Remote = true
@@ -289,6 +297,10 @@ func (j *job) confString() string {
 // the job's config and the torch port (on st, the attempt's prefix), for
 // the other nodes to check and learn.
 func (j *job) publishConfig(ctx context.Context, root, st store.Store) error {
+	// The failure count first: a node that reads the attempt finds it.
+	if err := root.Set(ctx, failuresKey, []byte(strconv.Itoa(j.failures))); err != nil {
+		return err
+	}
 	if err := root.Set(ctx, attemptKey, []byte(strconv.Itoa(j.attempt))); err != nil {
 		return err
 	}

@@ -47,7 +47,8 @@ type job struct {
 	stderr    *lineWriter
 	status    *statusLine // the terminal's last line, drawn by rank 0; nil without a terminal
 	workers   []*worker
-	attempt   int    // restart count
+	attempt   int    // restart count: failure restarts and regroups (TORCHELASTIC_RESTART_COUNT)
+	failures  int    // failure restarts, counted against MaxRestarts (regroups are not)
 	logRoot   string // LogDir/RdzvID, when logs are written
 }
 
@@ -75,11 +76,26 @@ func (j *job) run(ctx context.Context) error {
 	}
 	for {
 		err := j.runAttempt(ctx)
-		if err == nil || j.attempt >= c.MaxRestarts || !restartable(err) || ctx.Err() != nil {
+		var rg *RegroupError
+		if errors.As(err, &rg) && ctx.Err() == nil {
+			// As torchelastic's agent: a membership change restarts the
+			// group but does not count against --max-restarts.
+			j.attempt++
+			them := "them"
+			if rg.Waiting == 1 {
+				them = "it"
+			}
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: node %d saw %s; restarting the worker group to admit %s (attempt %d; not counted against --max-restarts)\n",
+				c.NodeRank, rg.Node, rg.what(), them, j.attempt)
+			j.workers = nil
+			continue
+		}
+		if err == nil || j.failures >= c.MaxRestarts || !restartable(err) || ctx.Err() != nil {
 			return err
 		}
 		j.attempt++
-		fmt.Fprintf(c.Stderr, "detcoll launch: worker group failed (%v); restarting it (restart %d of %d)\n", err, j.attempt, c.MaxRestarts)
+		j.failures++
+		fmt.Fprintf(c.Stderr, "detcoll launch: worker group failed (%v); restarting it (restart %d of %d)\n", err, j.failures, c.MaxRestarts)
 		j.workers = nil
 	}
 }

@@ -110,6 +110,9 @@ func (j *job) supervise(ctx context.Context) error {
 	if j.nodes != nil {
 		remote = j.nodes.events
 	}
+	growCtx, stopGrow := context.WithCancel(ctx)
+	defer stopGrow()
+	grow := j.watchWaiting(growCtx)
 	stop := func(sig os.Signal) {
 		for _, w := range j.workers {
 			if !w.exited {
@@ -172,6 +175,14 @@ func (j *job) supervise(ctx context.Context) error {
 			}
 			if !stopping && (ev.lost != nil || ev.lostNode != nil || ev.rec.Node != c.NodeRank) {
 				cause = ev.err()
+				stop(sigTerm)
+			}
+		case n := <-grow:
+			grow = nil
+			if !stopping {
+				rg := &RegroupError{Node: c.NodeRank, Nodes: j.nnodes, Waiting: n, Nnodes: c.nnodesSpec()}
+				cause = rg
+				publishRec(abortRecord{Node: c.NodeRank, Reason: rg.Error(), Regroup: rg})
 				stop(sigTerm)
 			}
 		case <-killTimer:
