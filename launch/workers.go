@@ -379,7 +379,11 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 		{"ROLE_NAME", c.Role},
 		{"MASTER_ADDR", j.torchAddr},
 		{"MASTER_PORT", itoa(j.torchPort)},
-		{"TORCHELASTIC_RESTART_COUNT", itoa(j.attempt)},
+		// torchelastic's meaning: failure restarts only (a regroup that
+		// admits a waiting node leaves it unchanged); DETCOLL_ATTEMPT
+		// counts every attempt.
+		{"TORCHELASTIC_RESTART_COUNT", itoa(j.failures)},
+		{"DETCOLL_ATTEMPT", itoa(j.attempt)},
 		{"TORCHELASTIC_MAX_RESTARTS", itoa(c.MaxRestarts)},
 		{"TORCHELASTIC_RUN_ID", c.RdzvID},
 		// No agent store listens on MASTER_PORT: torch's rank 0 must

@@ -224,7 +224,7 @@ func TestElasticRestartReadmits(t *testing.T) {
 
 // growScriptTo loops, printing what it sees, until WORLD_SIZE is world.
 func growScriptTo(world int) string {
-	return `while :; do echo "attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
+	return `while :; do echo "attempt $DETCOLL_ATTEMPT restarts $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK of $GROUP_WORLD_SIZE"; ` +
 		`if [ "$WORLD_SIZE" = ` + strconv.Itoa(world) + ` ]; then exit 0; fi; sleep 0.2; done`
 }
 
@@ -233,7 +233,8 @@ var growScript = growScriptTo(4)
 
 // torchrun's scale-up: a 1:2 job runs with one node; a second node comes,
 // waits, and node 0 restarts the group to admit it. Both nodes' workers
-// then see WORLD_SIZE 4 and TORCHELASTIC_RESTART_COUNT 1, and the restart
+// then see WORLD_SIZE 4, DETCOLL_ATTEMPT 1 and TORCHELASTIC_RESTART_COUNT
+// still 0 (torchelastic's meaning: failure restarts only), and the restart
 // is not counted against --max-restarts 0.
 func TestElasticGrowsToAdmitWaitingNode(t *testing.T) {
 	t.Parallel()
@@ -242,7 +243,7 @@ func TestElasticGrowsToAdmitWaitingNode(t *testing.T) {
 	defer cancel()
 	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "0", "--grace-period", "1s", "/bin/sh", "-c", growScript)
 	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	n0.waitOutput(t, "[rank 1] attempt 0 rank 1 of 2 node 0 of 1", 20*time.Second)
+	n0.waitOutput(t, "[rank 1] attempt 0 restarts 0 rank 1 of 2 node 0 of 1", 20*time.Second)
 	arrived := time.Now()
 	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	n0.wait(t, "node 0")
@@ -252,7 +253,7 @@ func TestElasticGrowsToAdmitWaitingNode(t *testing.T) {
 	}
 	out0, out1 := n0.out.String(), n1.out.String()
 	for rank := range 4 {
-		want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 4 node %d of 2", rank, rank, rank/2)
+		want := fmt.Sprintf("[rank %d] attempt 1 restarts 0 rank %d of 4 node %d of 2", rank, rank, rank/2)
 		if !strings.Contains(out0+out1, want) {
 			t.Errorf("missing %q in\n%s%s", want, out0, out1)
 		}
@@ -283,13 +284,13 @@ func TestElasticGrowsAfterRestart(t *testing.T) {
 	script := `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; ` + growScript
 	args := elasticArgs(port, "1:2", "0.5", "--max-restarts", "1", "--grace-period", "1s", "/bin/sh", "-c", script)
 	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	n0.waitOutput(t, "[rank 1] attempt 1 rank 1 of 2", 20*time.Second)
+	n0.waitOutput(t, "[rank 1] attempt 1 restarts 1 rank 1 of 2", 20*time.Second)
 	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	n0.wait(t, "node 0")
 	n1.wait(t, "node 1")
 	all := n0.out.String() + n1.out.String()
 	for rank := range 4 {
-		if want := fmt.Sprintf("[rank %d] attempt 2 rank %d of 4 node %d of 2", rank, rank, rank/2); !strings.Contains(all, want) {
+		if want := fmt.Sprintf("[rank %d] attempt 2 restarts 1 rank %d of 4 node %d of 2", rank, rank, rank/2); !strings.Contains(all, want) {
 			t.Errorf("missing %q in\n%s", want, all)
 		}
 	}
@@ -309,8 +310,8 @@ func TestElasticGrowsFromTwoToThree(t *testing.T) {
 	args := elasticArgs(port, "1:3", "0.5", "--grace-period", "1s", "/bin/sh", "-c", growScriptTo(6))
 	a := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	b := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	a.waitOutput(t, "attempt 0 rank", 20*time.Second)
-	for _, want := range []string{"attempt 0 rank 0 of 4 node 0 of 2", "attempt 0 rank 3 of 4 node 1 of 2"} {
+	a.waitOutput(t, "attempt 0 restarts 0 rank", 20*time.Second)
+	for _, want := range []string{"attempt 0 restarts 0 rank 0 of 4 node 0 of 2", "attempt 0 restarts 0 rank 3 of 4 node 1 of 2"} {
 		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(a.out.String()+b.out.String(), want); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no %q:\n%s%s\n%s%s", want, a.out.String(), b.out.String(), a.err.String(), b.err.String())
@@ -323,7 +324,7 @@ func TestElasticGrowsFromTwoToThree(t *testing.T) {
 	c.wait(t, "node c")
 	all := a.out.String() + b.out.String() + c.out.String()
 	for rank := range 6 {
-		if want := fmt.Sprintf("[rank %d] attempt 1 rank %d of 6 node %d of 3", rank, rank, rank/2); !strings.Contains(all, want) {
+		if want := fmt.Sprintf("[rank %d] attempt 1 restarts 0 rank %d of 6 node %d of 3", rank, rank, rank/2); !strings.Contains(all, want) {
 			t.Errorf("missing %q in\n%s", want, all)
 		}
 	}
