@@ -157,14 +157,10 @@ func (n *bgNode) wait(t *testing.T, name string) {
 	}
 }
 
-// A node that comes while MAX nodes run is refused at once with a clear
-// error (exit 1), and the running job is not disturbed.
-func TestElasticLateNodeRefused(t *testing.T) {
-	t.Parallel()
-	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	args := elasticArgs(port, "1:2", "0.5", "/bin/sh", "-c", elasticScript+"; sleep 3")
+// startRunningPair starts two nodes of a job with two workers each and waits
+// until both have their workers running.
+func startRunningPair(t *testing.T, ctx context.Context, args []string) (*bgNode, *bgNode) {
+	t.Helper()
 	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	for _, n := range []*bgNode{n0, n1} {
@@ -174,6 +170,18 @@ func TestElasticLateNodeRefused(t *testing.T) {
 			}
 		}
 	}
+	return n0, n1
+}
+
+// A node that comes while MAX nodes run is refused at once with a clear
+// error (exit 1), and the running job is not disturbed.
+func TestElasticLateNodeRefused(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	args := elasticArgs(port, "1:2", "0.5", "/bin/sh", "-c", elasticScript+"; sleep 3")
+	n0, n1 := startRunningPair(t, ctx, args)
 	late := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	want := `launch: rendezvous closed: the rendezvous of job "elastic" (store 127.0.0.1:` + strconv.Itoa(port) +
 		", --nnodes 1:2) admitted no more nodes: it was full (the most nodes --nnodes 1:2 admits had joined); the job runs with 2 nodes, without this one"
@@ -346,15 +354,7 @@ func TestFixedNnodesRefusesLateNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	args := elasticArgs(port, "2:2", "0.5", "/bin/sh", "-c", elasticScript+"; sleep 3")
-	n0 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	n1 := startNode(t, ctx, cleanEnv("DETCOLL_TOKEN=tok"), args...)
-	for _, n := range []*bgNode{n0, n1} {
-		for deadline := time.Now().Add(20 * time.Second); strings.Count(n.out.String(), "of 4 node") < 2; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("a node never started its workers:\n%s\n%s", n.out.String(), n.err.String())
-			}
-		}
-	}
+	n0, n1 := startRunningPair(t, ctx, args)
 	late := detcoll(t, 20*time.Second, cleanEnv("DETCOLL_TOKEN=tok"), args...)
 	want := "more nodes joined than Nnodes (--nnodes)=2"
 	if late.code != 2 || !strings.Contains(late.stderr, want) || late.stdout != "" || late.took > 5*time.Second {

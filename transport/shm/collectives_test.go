@@ -35,14 +35,7 @@ func TestCollectivesBitIdentical(t *testing.T) {
 			"smallwindow": {WindowBytes: minWindowBytes},
 		} {
 			ts := connectGroup(t, store.NewMemory(), uniquePrefix("coll"), w, opt)
-			comms := make([]*detcoll.Comm, w)
-			for r := range comms {
-				c, err := detcoll.New(ts[r])
-				if err != nil {
-					t.Fatal(err)
-				}
-				comms[r] = c
-			}
+			comms := newComms(t, ts)
 			ref, err := detcoll.NewInProc(w)
 			if err != nil {
 				t.Fatal(err)
@@ -69,22 +62,42 @@ func TestCollectivesBitIdentical(t *testing.T) {
 }
 
 func each(comms []*detcoll.Comm, fn func(c *detcoll.Comm) error) error {
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(c)
-		}()
-	}
-	wg.Wait()
+	errs := eachOf(comms, func(_ int, c *detcoll.Comm) error { return fn(c) })
 	for r, err := range errs {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", r, err)
 		}
 	}
 	return nil
+}
+
+// eachOf runs fn on every element concurrently and returns the errors by index.
+func eachOf[T any](xs []T, fn func(i int, x T) error) []error {
+	errs := make([]error, len(xs))
+	var wg sync.WaitGroup
+	for i, x := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i, x)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// newComms makes a communicator over each transport.
+func newComms(t *testing.T, ts []*Transport, opts ...detcoll.CommOption) []*detcoll.Comm {
+	t.Helper()
+	comms := make([]*detcoll.Comm, len(ts))
+	for r := range comms {
+		c, err := detcoll.New(ts[r], opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comms[r] = c
+	}
+	return comms
 }
 
 func checkCollectives(t *testing.T, ctx context.Context, comms, ref []*detcoll.Comm, dt dtype.DType, count int) {
@@ -192,14 +205,7 @@ func TestCollectivesWideGroups(t *testing.T) {
 	defer cancel()
 	for w := 6; w <= 16; w++ {
 		ts := connectGroup(t, store.NewMemory(), uniquePrefix("wide"), w, Options{RingBytes: minRingBytes, WindowBytes: minWindowBytes})
-		comms := make([]*detcoll.Comm, w)
-		for r := range comms {
-			c, err := detcoll.New(ts[r])
-			if err != nil {
-				t.Fatal(err)
-			}
-			comms[r] = c
-		}
+		comms := newComms(t, ts)
 		ref, err := detcoll.NewInProc(w)
 		if err != nil {
 			t.Fatal(err)

@@ -95,38 +95,8 @@ func (t *Transport) peerDead(peer int) error {
 // sleeps on word (announced through waiting, when not nil) with the
 // interruption checks between them.
 func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *atomic.Uint32, ready func() bool, check func() error) error {
-	for i := 0; i < spinLoads; i++ {
-		if ready() {
-			return nil
-		}
-	}
-	if t.spin > 0 {
-		// Ranks fit on the cores: a peer that is running answers within
-		// microseconds, cheaper than a futex round trip.
-		for deadline := nanotime() + t.spin; nanotime() < deadline; {
-			for i := 0; i < spinLoads; i++ {
-				if ready() {
-					return nil
-				}
-			}
-		}
-	}
-	for i := 0; i < spinYields; i++ {
-		runtime.Gosched()
-		if ready() {
-			return nil
-		}
-	}
-	if t.spin == 0 && yieldFor > 0 {
-		for deadline := nanotime() + yieldFor; nanotime() < deadline; {
-			schedYield()
-			if ready() {
-				return nil
-			}
-			if err := t.waitCheck(ctx, peer, r, check); err != nil {
-				return err
-			}
-		}
+	if ok, err := t.poll(ready, func() error { return t.waitCheck(ctx, peer, r, check) }); ok || err != nil {
+		return err
 	}
 	sleep := minSleep
 	for {
@@ -159,6 +129,47 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 		}
 		sleep = min(2*sleep, maxSleep)
 	}
+}
+
+// poll is every wait's phases before it sleeps: a few loads; when the
+// group fits on the cores a busy spin (a running peer answers within
+// microseconds, cheaper than a futex round trip); a few Go yields; and when
+// it does not fit, sched_yield for yieldFor, giving the core to a peer that
+// has work (as Open MPI's progress loop does), with interrupted checked
+// between yields. It reports whether ready held, or the interruption.
+func (t *Transport) poll(ready func() bool, interrupted func() error) (bool, error) {
+	for i := 0; i < spinLoads; i++ {
+		if ready() {
+			return true, nil
+		}
+	}
+	if t.spin > 0 {
+		for deadline := nanotime() + t.spin; nanotime() < deadline; {
+			for i := 0; i < spinLoads; i++ {
+				if ready() {
+					return true, nil
+				}
+			}
+		}
+	}
+	for i := 0; i < spinYields; i++ {
+		runtime.Gosched()
+		if ready() {
+			return true, nil
+		}
+	}
+	if t.spin == 0 && yieldFor > 0 {
+		for deadline := nanotime() + yieldFor; nanotime() < deadline; {
+			schedYield()
+			if ready() {
+				return true, nil
+			}
+			if err := interrupted(); err != nil {
+				return false, err
+			}
+		}
+	}
+	return false, nil
 }
 
 // waitCheck runs a wait's own check (a peer in another collective) before

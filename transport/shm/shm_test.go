@@ -498,13 +498,16 @@ func result(t *testing.T, out string) []string {
 
 // TestDeadPeerDetected: a peer process killed without closing fails the
 // waiting rank with ErrPeerDead within a fraction of a second, not at its
-// 30 s deadline; and the segment name is gone.
+// 30 s deadline: waiting for a message (die) and, between publications, for
+// the next window publication (windowdie).
 func TestDeadPeerDetected(t *testing.T) {
-	outs := runHelpers(t, "die")
-	res := result(t, outs[0])
-	ms, _ := strconv.Atoi(res[2])
-	if res[0] != "true" || ms > 5000 {
-		t.Fatalf("rank 0 after its peer died: %v after %d ms", res[1], ms)
+	for _, mode := range []string{"die", "windowdie"} {
+		outs := runHelpers(t, mode)
+		res := result(t, outs[0])
+		ms, _ := strconv.Atoi(res[2])
+		if res[0] != "true" || ms > 5000 {
+			t.Fatalf("%s: rank 0 after its peer died: %v after %d ms", mode, res[1], ms)
+		}
 	}
 }
 

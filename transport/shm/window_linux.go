@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/detcoll/detcoll/transport"
 )
@@ -190,40 +189,18 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 		}
 		return -1
 	}
-	for i := 0; i < spinLoads; i++ {
-		if pending() < 0 {
-			return -1, nil
+	failed := -1
+	ok, err := t.poll(func() bool { return pending() < 0 }, func() error {
+		if failed = pending(); failed < 0 {
+			return nil
 		}
-	}
-	if t.spin > 0 {
-		for deadline := nanotime() + t.spin; nanotime() < deadline; {
-			for i := 0; i < spinLoads; i++ {
-				if pending() < 0 {
-					return -1, nil
-				}
-			}
-		}
-	}
-	for i := 0; i < spinYields; i++ {
-		runtime.Gosched()
-		if pending() < 0 {
-			return -1, nil
-		}
-	}
-	if t.spin == 0 && yieldFor > 0 {
-		// More ranks than cores: give the core to a peer that has work
-		// (sched_yield) for a while before sleeping, as Open MPI's
-		// progress loop does; a futex round trip costs more.
-		for deadline := nanotime() + yieldFor; nanotime() < deadline; {
-			schedYield()
-			p := pending()
-			if p < 0 {
-				return -1, nil
-			}
-			if err := t.winCheck(ctx, p, check); err != nil {
-				return p, err
-			}
-		}
+		return t.winCheck(ctx, failed, check)
+	})
+	switch {
+	case err != nil:
+		return failed, err
+	case ok:
+		return -1, nil
 	}
 	bell, waiters := t.seg.u32(offBell), t.seg.u32(offBellWts)
 	sleep := minSleep

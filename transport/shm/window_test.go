@@ -18,19 +18,7 @@ import (
 )
 
 // eachRank runs fn on every rank concurrently and returns the errors.
-func eachRank(ts []*Transport, fn func(r int, tr *Transport) error) []error {
-	errs := make([]error, len(ts))
-	var wg sync.WaitGroup
-	for r, tr := range ts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, tr)
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+func eachRank(ts []*Transport, fn func(r int, tr *Transport) error) []error { return eachOf(ts, fn) }
 
 // TestWindowPublishes: every rank sees every rank's block, of its own
 // length, through many publications (the two slots reused in turn), with
@@ -201,21 +189,10 @@ func TestWindowWaitsBounded(t *testing.T) {
 	go func() { _, err := ts[1].Publish(bg, transport.Tag{}); done <- err }()
 	time.Sleep(20 * time.Millisecond)
 	ts[2].Close()
-	if err := <-done; !errors.Is(err, transport.ErrPeerClosed) && !errors.Is(err, transport.ErrTagMismatch) {
-		// rank 0's abandoned publication may be seen first (another tag
-		// is impossible here: both use the zero tag), else rank 2's close.
+	// Rank 0's publication carries the same (zero) tag, so only rank 2's
+	// close can fail the wait.
+	if err := <-done; !errors.Is(err, transport.ErrPeerClosed) {
 		t.Fatalf("closed peer: %v", err)
-	}
-}
-
-// TestWindowDeadPeerAcrossProcesses: a peer process killed between
-// publications fails the next one with ErrPeerDead within seconds.
-func TestWindowDeadPeerAcrossProcesses(t *testing.T) {
-	outs := runHelpers(t, "windowdie")
-	res := result(t, outs[0])
-	ms, _ := strconv.Atoi(res[2])
-	if res[0] != "true" || ms > 5000 {
-		t.Fatalf("rank 0 after its peer died: %v after %d ms", res[1], ms)
 	}
 }
 
@@ -227,10 +204,7 @@ func TestCommUsesWindow(t *testing.T) {
 	defer cancel()
 	for _, opt := range []Options{{}, {WindowBytes: -1}} {
 		ts := connectGroup(t, store.NewMemory(), uniquePrefix("commwin"), 3, opt)
-		comms := make([]*detcoll.Comm, 3)
-		for r := range comms {
-			comms[r], _ = detcoll.New(ts[r], detcoll.WithTimeout(10*time.Second))
-		}
+		comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 		if err := each(comms, func(c *detcoll.Comm) error {
 			b := make([]byte, 4096)
 			return c.AllReduce(ctx, b, b, dtype.FP32)
