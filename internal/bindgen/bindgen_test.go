@@ -52,9 +52,13 @@ library the test library
 fn xInit
 fn xAlloc optional xAlloc_v2 xAlloc
 result Status names X_%d
-code 0 X_OK
-code -2 X_GONE
+code 0 X_OK StatusOK
+code 1 X_ODD
+code -2 X_GONE statusGone
 message 0 all well
+vendor xlib
+errors LogError StatusName
+compiler xInit xAlloc
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +69,17 @@ message 0 all well
 	}
 	for _, want := range []string{
 		"package x\n",
-		"xInit sym = iota\n",
-		"\txAlloc\n\tnumSyms\n",
-		`xInit:  {API: "xInit", Candidates: []string{"xInit"}},`,
-		`xAlloc: {API: "xAlloc", Candidates: []string{"xAlloc_v2", "xAlloc"}, Optional: true},`,
-		"var names = map[Status]string{\n\t0:  \"X_OK\",\n\t-2: \"X_GONE\",\n}",
-		"var resultMessages = map[Status]string{\n\t0: \"all well\",\n}",
+		"const xInit, xAlloc, numSyms sym = 0, 1, 2\n",
+		`var syms = binding.NewTable[sym]([]binding.Symbol{xInit: {API: "xInit", Candidates: []string{"xInit"}}, ` +
+			`xAlloc: {API: "xAlloc", Candidates: []string{"xAlloc_v2", "xAlloc"}, Optional: true}})`,
+		`var names = map[Status]string{0: "X_OK", 1: "X_ODD", -2: "X_GONE"}`,
+		`var resultMessages = map[Status]string{0: "all well"}`,
+		"const StatusOK, statusGone Status = 0, -2\n",
+		"func (vendor) Name() string       { return \"xlib\" }\n",
+		"func StatusName(r Status) string { return binding.Name(names, resultFallback, r) }\n",
+		"type Error = binding.LogError[Status, vendor]\n",
+		"var lib = &rtc.Library[sym, vendor]{Table: syms, Load: load, Names: StatusName, VersionSym: xInit, ErrorString: xAlloc}\n",
+		"\"github.com/detcoll/detcoll/internal/binding/rtc\"\n",
 		`const resultFallback = "X_%d"`,
 	} {
 		if !strings.Contains(string(out), want) {
@@ -109,6 +118,12 @@ func TestParseErrors(t *testing.T) {
 		{"package x\nfn xInit\nresult R names X_%d\ncode 1 A\ncode 1 B\n", "t.txt:5: code 1 already named on line 4"},
 		{"package x\nfn xInit\nresult R names X_%d\ncode one A\n", "t.txt:4: code:"},
 		{"package x\nfn xInit\ncode 1 A\n", "without a result line"},
+		{"package x\nfn xInit\nvendor x-y\n", "t.txt:3: vendor wants one identifier"},
+		{"package x\nfn xInit\nerrors Failure F\n", "t.txt:3: errors wants Error or LogError"},
+		{"package x\nfn xInit\nresult R names X_%d\nerrors Error F\n", "an errors line needs a result line and a vendor line"},
+		{"package x\nfn xInit\ncompiler xInit xInit\n", "a compiler line needs an errors line"},
+		{"package x\nvendor x\nfn xInit\nresult R n X_%d\nerrors Error F\ncompiler xInit xNone\n", "compiler entry point xNone is not an fn"},
+		{"package x\nfn xInit\nresult R names X_%d\ncode 1 A b-c\n", "t.txt:4: code wants a number, one name and optionally a Go constant"},
 		{"package 1x\n", "t.txt:1: package wants one identifier"},
 		{"package x\nfn xInit\ntable global\n", "t.txt:3: table wants per-load"},
 		{"package x\nfn xInit role=Nothing\n", `t.txt:2: unknown role "Nothing"`},

@@ -15,19 +15,8 @@ var ErrUnavailable = errors.New("nccl: unavailable")
 // Result is an ncclResult_t.
 type Result int32
 
-// ncclResult_t values (identical in RCCL).
-const (
-	Success            Result = 0
-	UnhandledCudaError Result = 1
-	SystemError        Result = 2
-	InternalError      Result = 3
-	InvalidArgument    Result = 4
-	InvalidUsage       Result = 5
-	RemoteError        Result = 6
-	InProgress         Result = 7
-	resultUnavailable  Result = -2
-	resultNoSymbol     Result = -1
-)
+// Its values (identical in RCCL) and the Go constants detcoll uses (Success,
+// InvalidArgument, …) are the code lines of symbols.txt (symbols_gen.go).
 
 // ResultName is the ncclResult_t name of a code (the table in
 // symbols.txt), or "ncclResult(<n>)".

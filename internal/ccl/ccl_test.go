@@ -5,18 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
+
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 )
 
 func TestSymbolNames(t *testing.T) {
 	// One list for NCCL and RCCL: plain names, the constants are those names.
-	for s := sym(0); s < numSyms; s++ {
-		c := apiNames.Symbols[s].Candidates
-		if len(c) != 1 || c[0] != apiNames.API(s) || !strings.HasPrefix(c[0], "nccl") {
-			t.Fatalf("symbol %d (%s): candidates %v", s, apiNames.API(s), c)
-		}
-	}
+	bindingtest.CheckPlainSymbols(t, apiNames.Symbols, "nccl")
 	if apiNames.API(ncclCommInitRank) != "ncclCommInitRank" || apiNames.API(ncclGroupEnd) != "ncclGroupEnd" ||
 		apiNames.API(ncclReduceScatter) != "ncclReduceScatter" || apiNames.API(ncclGetUniqueId) != "ncclGetUniqueId" {
 		t.Fatal("symbol table out of order")

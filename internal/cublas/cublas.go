@@ -47,45 +47,9 @@ var ErrUnavailable = errors.New("cublas: unavailable")
 // Status is a cublasStatus_t.
 type Status int32
 
-// cublasStatus_t values, and detcoll's own (negative, never returned by
-// cuBLAS).
-const (
-	StatusSuccess         Status = 0
-	StatusNotInitialized  Status = 1
-	StatusAllocFailed     Status = 3
-	StatusInvalidValue    Status = 7
-	StatusArchMismatch    Status = 8
-	StatusMappingError    Status = 11
-	StatusExecutionFailed Status = 13
-	StatusInternalError   Status = 14
-	StatusNotSupported    Status = 15
-	StatusLicenseError    Status = 16
-
-	StatusSymbolNotFound Status = -1
-	StatusUnavailable    Status = -2
-)
-
-// StatusName is the CUBLAS_STATUS_* name of a code from the built-in table,
-// or "CUBLAS_STATUS_<n>".
-func StatusName(s Status) string {
-	return binding.Name(statusNames, resultFallback, s)
-}
-
-// Error is a failed cuBLAS call (or a call refused before it was made):
-// Code, Name (e.g. CUBLAS_STATUS_INVALID_VALUE), Message (description, when
-// known) and Call (the symbol, e.g. cublasGemmEx). Its message starts
-// "cublas: "; errors.Is matches it by code, and a load failure
-// (StatusUnavailable) wraps ErrUnavailable. It is internal/binding's error
-// type, instantiated for this binding.
-type Error = binding.Error[Status, vendor]
-
-// vendor names this binding in its errors.
-type vendor struct{}
-
-func (vendor) Name() string { return "cublas" }
-
-// Unavailable is the error load failures wrap.
-func (vendor) Unavailable() error { return ErrUnavailable }
+// Its values, and the Go constants detcoll uses (StatusInvalidValue, …;
+// negative ones are detcoll's own), are the code lines of symbols.txt
+// (symbols_gen.go).
 
 func invalid(call, format string, args ...any) error {
 	return &Error{Code: StatusInvalidValue, Name: StatusName(StatusInvalidValue), Message: fmt.Sprintf(format, args...), Call: call}

@@ -5,7 +5,6 @@ package cublas
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,16 +67,7 @@ func TestFakeLibrary(t *testing.T) {
 	dir := t.TempDir()
 	so := bindingtest.Build(t, dir, "libcublas-fake.so", "cuBLAS", fakeLib, "-O1")
 	logPath := filepath.Join(dir, "calls.log")
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeLibraryChild$", "-test.v")
-	cmd.Env = append(os.Environ(), fakeChildEnv+"=1", LibraryEnv+"="+so, "DETCOLL_FAKE_CUBLAS_LOG="+logPath)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestFakeLibraryChild") {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bindingtest.RunChild(t, "TestFakeLibraryChild", fakeChildEnv+"=1", LibraryEnv+"="+so, "DETCOLL_FAKE_CUBLAS_LOG="+logPath)
 	want := []string{
 		"create",
 		"stream 1234 abcd",
@@ -90,10 +80,7 @@ func TestFakeLibrary(t *testing.T) {
 		"gemmsb 1234 0 1 64 7 32 1.5 1000 14 64 2048 2000 14 7 32 0.25 3000 14 64 1024 8 68 -1",
 		"destroy 1234",
 	}
-	got := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	bindingtest.WantCalls(t, logPath, want)
 }
 
 func TestFakeLibraryChild(t *testing.T) {

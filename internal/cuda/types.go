@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 
-	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
@@ -17,19 +16,6 @@ const (
 	ResultStubLibrary    Result = 34
 	ResultInvalidContext Result = 201
 )
-
-// ResultName is the CUDA_ERROR_* name of a code from the built-in table
-// (used when cuGetErrorName is unavailable), or "CUDA_ERROR_<n>".
-func ResultName(r Result) string {
-	return binding.Name(resultNames, resultFallback, r)
-}
-
-// Error is a failed driver call: Code, Name (the library's name of the code),
-// Message (its description, when known) and Call (the exported symbol
-// called). Its message starts "cuda: "; errors.Is matches it by code, and a
-// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
-// internal/binding's error type, instantiated for this binding.
-type Error = binding.Error[Result, vendor]
 
 // ErrUnavailable is wrapped by every error that means "no usable CUDA
 // driver here": library missing, built without cgo, cuInit failed.
@@ -108,11 +94,3 @@ type (
 // LaunchKernel copies the bytes into C memory, so the Args may be reused as
 // soon as it returns.
 type Args = kparams.Args[vendor, DevicePtr]
-
-// vendor names this binding in Args' errors.
-type vendor struct{}
-
-func (vendor) Name() string { return "cuda" }
-
-// Unavailable is the error load failures wrap.
-func (vendor) Unavailable() error { return ErrUnavailable }

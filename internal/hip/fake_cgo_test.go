@@ -3,10 +3,8 @@
 package hip
 
 import (
-	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,13 +115,7 @@ func TestFakeRuntime(t *testing.T) {
 	dir := t.TempDir()
 	lib := bindingtest.Build(t, dir, "libamdhip64-fake.so.6", "HIP runtime", fakeHIP)
 	log := filepath.Join(dir, "calls.log")
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeRuntimeChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeHIPChildEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestFakeRuntimeChild")) {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	b, _ := os.ReadFile(log)
+	bindingtest.RunChild(t, "TestFakeRuntimeChild", LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeHIPChildEnv+"=1")
 	want := []string{
 		"malloc 1 256", "stream 1",
 		"htoda 5001", "dtoda 5001", "dtoha 5001",
@@ -133,9 +125,7 @@ func TestFakeRuntime(t *testing.T) {
 		"ipcopen 1", "ipcclose",
 		"streamdestroy 5001", "free",
 	}
-	if got := strings.TrimSpace(string(b)); got != strings.Join(want, "\n") {
-		t.Fatalf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
-	}
+	bindingtest.WantCalls(t, log, want)
 }
 
 func TestFakeRuntimeChild(t *testing.T) {

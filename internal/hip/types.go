@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"github.com/detcoll/detcoll/internal/kparams"
 )
@@ -21,20 +20,6 @@ const ResultInvalidImage Result = 200
 // kept their values). Aliases (hipErrorMemoryAllocation = 2, …) are
 // omitted: the first name of each code is the one HIP reports.
 
-// ResultName is the hipError* name of a code from the built-in table (used
-// when hipGetErrorName is unavailable or does not know the code), or
-// "hipError(<n>)".
-func ResultName(r Result) string {
-	return binding.Name(resultNames, resultFallback, r)
-}
-
-// Error is a failed runtime call: Code, Name (the library's name of the code),
-// Message (its description, when known) and Call (the exported symbol
-// called). Its message starts "hip: "; errors.Is matches it by code, and a
-// load failure (gpurt.ResultUnavailable) wraps ErrUnavailable. It is
-// internal/binding's error type, instantiated for this binding.
-type Error = binding.Error[Result, vendor]
-
 // ErrUnavailable is wrapped by every error that means "no usable HIP
 // runtime here": library missing, built without cgo, hipInit failed (no
 // AMD GPU).
@@ -43,30 +28,23 @@ var ErrUnavailable = errors.New("hip: runtime unavailable")
 // Device is a HIP device ordinal.
 type Device int32
 
-// DevicePtr is a device address (hipDeviceptr_t; gpurt's, shared with
-// internal/cuda and gpu/devrt).
-type DevicePtr = gpurt.DevicePtr
-
-// Stream is a hipStream_t; the zero value is the null stream.
-type Stream = gpurt.Stream[rt]
-
-// Event is a hipEvent_t.
-type Event = gpurt.Event[rt]
-
-// Module is a hipModule_t.
-type Module = gpurt.Module[rt]
-
-// Function is a hipFunction_t.
-type Function = gpurt.Function[rt]
-
-// GraphExec is a hipGraphExec_t.
-type GraphExec = gpurt.GraphExec[rt]
-
-// IpcEventHandle is a hipIpcEventHandle_t (64 bytes).
-type IpcEventHandle [64]byte
-
-// Dim3 is a grid or block shape.
-type Dim3 = gpurt.Dim3
+// The handles are gpurt's, instantiated for HIP, so that code written once
+// for both vendors (internal/binding/gpurt, gpu/devrt) takes them:
+// DevicePtr is a hipDeviceptr_t (shared with internal/cuda), Stream a
+// hipStream_t (the zero value is the null stream), Event a hipEvent_t,
+// Module a hipModule_t, Function a hipFunction_t, GraphExec a
+// hipGraphExec_t; Dim3 is a grid or block shape. IpcEventHandle is a
+// hipIpcEventHandle_t (64 bytes).
+type (
+	DevicePtr      = gpurt.DevicePtr
+	Stream         = gpurt.Stream[rt]
+	Event          = gpurt.Event[rt]
+	Module         = gpurt.Module[rt]
+	Function       = gpurt.Function[rt]
+	GraphExec      = gpurt.GraphExec[rt]
+	Dim3           = gpurt.Dim3
+	IpcEventHandle [64]byte
+)
 
 // DeviceAttribute is a hipDeviceAttribute_t (values of ROCm 5.x and 6.x,
 // which agree).
@@ -90,32 +68,18 @@ const (
 	AttrWarpSize               DeviceAttribute = 87 // the wavefront: 64 on CDNA (gfx9), 32 or 64 on RDNA
 )
 
+// Args is internal/kparams' kernel-parameter packer, as internal/cuda's
+// Args (the kernels are the same source) but with errors that start "hip: ".
 // FunctionAttribute is a hipFunction_attribute; CaptureMode and
-// CaptureStatus are hipStreamCaptureMode and hipStreamCaptureStatus. Their
-// values, and the stream and event flags, are gpurt's constants: HIP mirrors
-// the CUDA driver's.
+// CaptureStatus are hipStreamCaptureMode and hipStreamCaptureStatus, whose
+// values, like the stream and event flags, are gpurt's: HIP mirrors the
+// CUDA driver's.
 type (
+	Args              = kparams.Args[vendor, DevicePtr]
 	FunctionAttribute = gpurt.FunctionAttribute
 	CaptureMode       = gpurt.CaptureMode
 	CaptureStatus     = gpurt.CaptureStatus
 )
-
-// Args lays out kernel parameters, one call per parameter of the kernel, in
-// order, each at its natural alignment: internal/kparams' packer, shared
-// with internal/cuda (the kernels are the same source), with errors that
-// start "hip: ". The zero value is ready to use; Reset reuses it. An Args is
-// about 4.4 KB: keep one per launcher rather than one per launch.
-// LaunchKernel copies the bytes into C memory, so the Args may be reused as
-// soon as it returns.
-type Args = kparams.Args[vendor, DevicePtr]
-
-// vendor names this binding in Args' errors.
-type vendor struct{}
-
-func (vendor) Name() string { return "hip" }
-
-// Unavailable is the error load failures wrap.
-func (vendor) Unavailable() error { return ErrUnavailable }
 
 // DeviceProps are the hipDeviceProp_t fields detcoll uses.
 type DeviceProps struct {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
+
 	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/hip"
 	"github.com/detcoll/detcoll/internal/kcache"
@@ -15,10 +17,10 @@ import (
 func TestSymbolNames(t *testing.T) {
 	// The constants are the documented names; hiprtc exports them unversioned
 	// and needs every one.
-	for s := sym(0); s < numSyms; s++ {
-		c := syms.Symbols[s].Candidates
-		if len(c) != 1 || c[0] != syms.API(s) || !strings.HasPrefix(c[0], "hiprtc") || syms.Symbols[s].Optional {
-			t.Errorf("symbol %d (%s): candidates %v, optional %v", s, syms.API(s), c, syms.Symbols[s].Optional)
+	bindingtest.CheckPlainSymbols(t, syms.Symbols, "hiprtc")
+	for _, s := range syms.Symbols {
+		if s.Optional {
+			t.Errorf("%s is optional", s.API)
 		}
 	}
 	if syms.API(hiprtcCompileProgram) != "hiprtcCompileProgram" || syms.API(hiprtcGetCode) != "hiprtcGetCode" {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/detcoll/detcoll/internal/binding"
 	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
@@ -48,31 +47,6 @@ var ErrUnavailable = errors.New("nvrtc: unavailable")
 // Result is internal/binding/rtc's (hiprtc mirrors NVRTC's codes); its
 // constants are rtc.Result*.
 type Result = rtc.Result
-
-// ResultName is the NVRTC_* name of a code (the table in symbols.txt),
-// or "NVRTC_ERROR_<n>".
-func ResultName(r Result) string { return binding.Name(resultNames, resultFallback, r) }
-
-// Error is a failed NVRTC call: Code, Name, Message, Call (the entry point)
-// and, for compilation failures, Log (the program log). Its message starts
-// "nvrtc: "; errors.Is matches it by code, and a load failure
-// (rtc.ResultUnavailable) wraps ErrUnavailable. It is internal/binding's
-// LogError, instantiated for this binding.
-type Error = binding.LogError[Result, vendor]
-
-// vendor names this binding in its errors.
-type vendor struct{}
-
-func (vendor) Name() string { return "nvrtc" }
-
-// Unavailable is the error load failures wrap.
-func (vendor) Unavailable() error { return ErrUnavailable }
-
-// lib is the load, path, version and error mapping shared with the other
-// compiler binding.
-var lib = &rtc.Library[sym, vendor]{Table: syms, Load: load, Names: ResultName, VersionSym: nvrtcVersion, ErrorString: nvrtcGetErrorString}
-
-func errorOf(call string, r Result) error { return lib.ErrorOf(call, r) }
 
 // Available reports why NVRTC cannot be used here, or nil (it loads the
 // library once per process).

@@ -6,17 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
+
 	"github.com/detcoll/detcoll/internal/binding/rtc"
 	"github.com/detcoll/detcoll/internal/kcache"
 )
 
 func TestSymbolNames(t *testing.T) {
 	// The constants are the documented names; NVRTC exports them unversioned.
-	for s := sym(0); s < numSyms; s++ {
-		if c := syms.Symbols[s].Candidates; len(c) != 1 || c[0] != syms.API(s) || !strings.HasPrefix(c[0], "nvrtc") {
-			t.Errorf("symbol %d (%s): candidates %v", s, syms.API(s), c)
-		}
-	}
+	bindingtest.CheckPlainSymbols(t, syms.Symbols, "nvrtc")
 	if syms.API(nvrtcCompileProgram) != "nvrtcCompileProgram" || syms.API(nvrtcGetCUBIN) != "nvrtcGetCUBIN" {
 		t.Fatal("symbol table out of order")
 	}

@@ -5,16 +5,16 @@ package hiprt
 import (
 	"bytes"
 	"errors"
-	"github.com/detcoll/detcoll/internal/binding/gpurt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/detcoll/detcoll/internal/binding/gpurt"
 
 	"github.com/detcoll/detcoll/gpu/devrt"
 	"github.com/detcoll/detcoll/internal/binding/bindingtest"
@@ -70,14 +70,8 @@ func TestFakeRuntime(t *testing.T) {
 	dir := t.TempDir()
 	lib := bindingtest.Build(t, dir, "libamdhip64-fake.so.6", "HIP runtime", fakeHIPSource(t))
 	log := filepath.Join(dir, "calls.log")
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestFakeRuntimeChild$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), hip.LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeChildEnv+"=1",
+	bindingtest.RunChild(t, "TestFakeRuntimeChild", hip.LibraryEnv+"="+lib, "DETCOLL_FAKE_HIP_LOG="+log, fakeChildEnv+"=1",
 		rccl.LibraryEnv+"="+filepath.Join(dir, "no-librccl.so.1"))
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestFakeRuntimeChild")) {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	b, _ := os.ReadFile(log)
 	want := []string{
 		"malloc 1 256", "stream 1", // Do made device 1 current; StreamCreate is non-blocking
 		"dtoda 5001",
@@ -87,9 +81,7 @@ func TestFakeRuntime(t *testing.T) {
 		"ipcopen 1", "ipcclose", // lazy peer access
 		"streamdestroy 5001", "free",
 	}
-	if got := strings.TrimSpace(string(b)); got != strings.Join(want, "\n") {
-		t.Fatalf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
-	}
+	bindingtest.WantCalls(t, log, want)
 }
 
 func TestFakeRuntimeChild(t *testing.T) {

@@ -76,3 +76,43 @@ func CheckSymbols(t testing.TB, syms []binding.Symbol, prefix func(api string) s
 		}
 	}
 }
+
+// CheckPlainSymbols fails t unless every entry of syms is exported under its
+// documented name alone (one candidate, the API name) and that name starts
+// with prefix: the lists of libraries that version no entry point (NCCL and
+// RCCL, NVRTC, hiprtc), whose constants are then the exported names.
+func CheckPlainSymbols(t testing.TB, syms []binding.Symbol, prefix string) {
+	t.Helper()
+	CheckSymbols(t, syms, func(string) string { return prefix })
+	for i, s := range syms {
+		if len(s.Candidates) != 1 || s.Candidates[0] != s.API {
+			t.Errorf("symbol %d (%s): candidates %v, want the name alone", i, s.API, s.Candidates)
+		}
+	}
+}
+
+// RunChild runs test (a TestXChild of the calling test binary) in a child
+// process with env added to this one's, and fails t unless it passed: the
+// stand-in library tests load a fake library, which a process can do once.
+func RunChild(t testing.TB, test string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+test) {
+		t.Fatalf("child %s: %v\n%s", test, err, out)
+	}
+}
+
+// WantCalls fails t unless the call log a stand-in library wrote at path
+// (one call a line) is want, in order.
+func WantCalls(t testing.TB, path string, want []string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strings.Join(want, "\n") {
+		t.Fatalf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}

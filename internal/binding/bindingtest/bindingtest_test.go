@@ -37,7 +37,11 @@ func (r *recorder) Helper()                   {}
 func (r *recorder) Errorf(f string, a ...any) { r.errs = append(r.errs, f) }
 func (r *recorder) Fatalf(f string, a ...any) { r.errs = append(r.errs, f); panic(r) }
 
-func check(syms []binding.Symbol) (errs []string) {
+func check(syms []binding.Symbol) []string {
+	return recordFailures(func(r testing.TB) { CheckSymbols(r, syms, func(api string) string { return api }, "_ptsz") })
+}
+
+func recordFailures(f func(testing.TB)) (errs []string) {
 	r := &recorder{}
 	defer func() {
 		if p := recover(); p != nil && p != r {
@@ -45,7 +49,7 @@ func check(syms []binding.Symbol) (errs []string) {
 		}
 		errs = r.errs
 	}()
-	CheckSymbols(r, syms, func(api string) string { return api }, "_ptsz")
+	f(r)
 	return r.errs
 }
 
@@ -60,6 +64,24 @@ func TestCheckSymbols(t *testing.T) {
 		{{API: "xA", Candidates: []string{"xA"}}, {API: "xA", Candidates: []string{"xA"}}},
 		{{API: "xA", Candidates: []string{"yA"}}},
 		{{API: "xA", Candidates: []string{"xA_ptsz"}}},
+	} {
+		if errs := check(bad); len(errs) == 0 {
+			t.Errorf("%+v passes", bad)
+		}
+	}
+}
+
+func TestCheckPlainSymbols(t *testing.T) {
+	check := func(syms []binding.Symbol) []string {
+		return recordFailures(func(r testing.TB) { CheckPlainSymbols(r, syms, "x") })
+	}
+	if errs := check([]binding.Symbol{{API: "xA", Candidates: []string{"xA"}}}); len(errs) != 0 {
+		t.Errorf("a plain list fails: %v", errs)
+	}
+	for _, bad := range [][]binding.Symbol{
+		{{API: "xA", Candidates: []string{"xA_v2", "xA"}}}, // versioned
+		{{API: "xA", Candidates: []string{"xB"}}},          // another name
+		{{API: "yA", Candidates: []string{"yA"}}},          // not the prefix
 	} {
 		if errs := check(bad); len(errs) == 0 {
 			t.Errorf("%+v passes", bad)
