@@ -63,7 +63,6 @@ const rowMsgBytes = 56
 
 // runRow measures one algorithm on a prepared case and runs the checks.
 func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.Algorithm) (Row, error) {
-	// Long on purpose: one row's steps in order (first run, timing, checks, gather); they share the agreement points.
 	acc := r.cfg.Accumulate
 	det := func(ctx context.Context, iters int) (time.Duration, error) {
 		return c.RunDeterministic(ctx, alg, acc, iters)
@@ -72,16 +71,7 @@ func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.
 	c.ReleaseWorkspace()
 	pctx, cancel := r.phase(ctx)
 	defer cancel()
-	err := c.ResetOutput()
-	if err == nil {
-		_, err = det(pctx, 1)
-	}
-	var first []byte
-	if err == nil {
-		var out []byte
-		out, err = c.Output()
-		first = bytes.Clone(out)
-	}
+	first, err := firstOutput(pctx, c, det)
 	if err := r.agree(pctx, err, "deterministic first run"); err != nil {
 		return Row{}, err
 	}
@@ -92,45 +82,9 @@ func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.
 
 	// Local checks on the last timed iteration's output.
 	var msg [rowMsgBytes]byte
-	local := func() error {
-		out, err := c.Output()
-		if err != nil {
-			return err
-		}
-		if len(out) != spec.OutputBytes() {
-			return fmt.Errorf("backend output has %d bytes, want %d", len(out), spec.OutputBytes())
-		}
-		nat, err := c.NativeOutput()
-		if err != nil {
-			return err
-		}
-		if len(nat) != len(out) {
-			return fmt.Errorf("backend native output has %d bytes, want %d", len(nat), len(out))
-		}
-		lo, hi := r.checkRange(spec)
-		sz := spec.DType.Size()
-		if bytes.Equal(first, out) {
-			msg[1] = 1
-		}
-		wrong, err := verifyOracle(spec, acc, out, lo, hi)
-		if err != nil {
-			return err
-		}
-		if wrong == 0 {
-			msg[2] = 1
-		}
-		binary.LittleEndian.PutUint64(msg[48:], uint64(wrong))
-		binary.LittleEndian.PutUint64(msg[8:], hashBytes(out))
-		binary.LittleEndian.PutUint64(msg[16:], math.Float64bits(maxAbsDiff(spec.DType, out[lo*sz:hi*sz], nat[lo*sz:hi*sz])))
-		ret, peak := c.Workspace()
-		binary.LittleEndian.PutUint64(msg[24:], uint64(ret))
-		binary.LittleEndian.PutUint64(msg[32:], uint64(peak))
-		binary.LittleEndian.PutUint64(msg[40:], uint64(c.NativePeak()))
-		return nil
-	}
 	cctx, ccancel := r.phase(ctx)
 	defer ccancel()
-	lerr := local()
+	lerr := r.checkOutput(c, spec, first, &msg)
 	if lerr != nil {
 		msg[0] = 1
 	}
@@ -141,7 +95,78 @@ func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.
 	if gerr != nil {
 		return Row{}, fmt.Errorf("bench: collecting checks: %w", gerr)
 	}
+	row, err := r.rowFromChecks(spec, timing, all)
+	if err != nil {
+		return Row{}, err
+	}
+	if ic, ok := c.(InPlaceCase); ok && r.cfg.InPlace && ic.InPlaceSupported() {
+		ip, err := r.runInPlace(ctx, ic, spec, alg)
+		if err != nil {
+			return Row{}, err
+		}
+		row.InPlace = ip
+	}
+	return row, nil
+}
 
+// firstOutput resets c's output, runs det once and returns a copy of the
+// output.
+func firstOutput(ctx context.Context, c Case, det func(ctx context.Context, iters int) (time.Duration, error)) ([]byte, error) {
+	if err := c.ResetOutput(); err != nil {
+		return nil, err
+	}
+	if _, err := det(ctx, 1); err != nil {
+		return nil, err
+	}
+	out, err := c.Output()
+	return bytes.Clone(out), err
+}
+
+// checkOutput checks c's output on this rank and fills msg, the rank's row
+// summary: [1] the output repeats first bitwise, [2] it matches the oracle,
+// then the output's hash, the largest difference from the native output,
+// the workspace and peak allocations and the wrong elements.
+func (r *runner) checkOutput(c Case, spec CaseSpec, first []byte, msg *[rowMsgBytes]byte) error {
+	out, err := c.Output()
+	if err != nil {
+		return err
+	}
+	if len(out) != spec.OutputBytes() {
+		return fmt.Errorf("backend output has %d bytes, want %d", len(out), spec.OutputBytes())
+	}
+	nat, err := c.NativeOutput()
+	if err != nil {
+		return err
+	}
+	if len(nat) != len(out) {
+		return fmt.Errorf("backend native output has %d bytes, want %d", len(nat), len(out))
+	}
+	lo, hi := r.checkRange(spec)
+	sz := spec.DType.Size()
+	if bytes.Equal(first, out) {
+		msg[1] = 1
+	}
+	wrong, err := verifyOracle(spec, r.cfg.Accumulate, out, lo, hi)
+	if err != nil {
+		return err
+	}
+	if wrong == 0 {
+		msg[2] = 1
+	}
+	binary.LittleEndian.PutUint64(msg[48:], uint64(wrong))
+	binary.LittleEndian.PutUint64(msg[8:], hashBytes(out))
+	binary.LittleEndian.PutUint64(msg[16:], math.Float64bits(maxAbsDiff(spec.DType, out[lo*sz:hi*sz], nat[lo*sz:hi*sz])))
+	ret, peak := c.Workspace()
+	binary.LittleEndian.PutUint64(msg[24:], uint64(ret))
+	binary.LittleEndian.PutUint64(msg[32:], uint64(peak))
+	binary.LittleEndian.PutUint64(msg[40:], uint64(c.NativePeak()))
+	return nil
+}
+
+// rowFromChecks is the row of every rank's summary (all, as checkOutput
+// fills them): bitwise only if every rank is, the largest figures, the sum
+// of the wrong elements.
+func (r *runner) rowFromChecks(spec CaseSpec, timing Timing, all []byte) (Row, error) {
 	row := Row{Operation: spec.Op, DType: spec.DType.String(), InputBytes: int64(spec.InputBytes), Deterministic: timing,
 		RepeatBitwise: true, OracleBitwise: true}
 	sameEverywhere := spec.Op != ReduceScatter // reduce_scatter outputs differ by rank by design
@@ -161,13 +186,6 @@ func (r *runner) runRow(ctx context.Context, c Case, spec CaseSpec, alg detcoll.
 		row.WrongElements += int64(binary.LittleEndian.Uint64(m[48:]))
 	}
 	row.MaxAbsVsNative = Float(maxAbs)
-	if ic, ok := c.(InPlaceCase); ok && r.cfg.InPlace && ic.InPlaceSupported() {
-		ip, err := r.runInPlace(ctx, ic, spec, alg)
-		if err != nil {
-			return Row{}, err
-		}
-		row.InPlace = ip
-	}
 	return row, nil
 }
 

@@ -50,30 +50,63 @@ func BandwidthPlotPath(path string) string {
 
 // plot draws one figure: y(row) of the deterministic rows and of the baseline.
 func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) error {
-	// Long on purpose: builds one figure top to bottom; every step sets fields of the same plot.
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("bench: plot %s: want a .svg or .png file", path)
 	}
-	type key struct {
-		op     Op
-		alg    string
-		native bool
+	s := r.plotSeries(y)
+	if len(s.order) == 0 {
+		return fmt.Errorf("bench: plot %s: no positive values to plot", path)
 	}
-	series := map[key]map[int64]float64{}
-	var order []key
-	addPoint := func(k key, x int64, y float64) {
-		if x <= 0 || !(y > 0) || math.IsInf(y, 0) { // a log axis cannot show them
-			return
-		}
-		m, ok := series[k]
-		if !ok {
-			m = map[int64]float64{}
-			series[k] = m
-			order = append(order, k)
-		}
-		m[x] = y
+	p := r.newFigure(ylabel)
+	legend := plot.NewLegend()
+	legend.TextStyle.Font = plotFont(legend.TextStyle.Font.Size)
+	legend.Top, legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	if err := s.addLines(p, &legend); err != nil {
+		return err
 	}
+	s.setRanges(p)
+	wt, err := render(p, &legend, 10*vg.Inch, 5.5*vg.Inch, ext[1:])
+	if err != nil {
+		return fmt.Errorf("bench: plot: %w", err)
+	}
+	return writePlotFile(path, ext, wt)
+}
+
+// seriesKey names one line of a figure: a deterministic (operation,
+// algorithm) or, native set, the baseline of an operation.
+type seriesKey struct {
+	op     Op
+	alg    string
+	native bool
+}
+
+// plotSeries are the points of a figure's lines, x → y by line, with the
+// lines in the order they were first seen.
+type plotSeries struct {
+	points map[seriesKey]map[int64]float64
+	order  []seriesKey
+}
+
+// add records the point (x, y) of line k, unless a log axis cannot show it.
+func (s *plotSeries) add(k seriesKey, x int64, y float64) {
+	if x <= 0 || !(y > 0) || math.IsInf(y, 0) { // a log axis cannot show them
+		return
+	}
+	m, ok := s.points[k]
+	if !ok {
+		m = map[int64]float64{}
+		s.points[k] = m
+		s.order = append(s.order, k)
+	}
+	m[x] = y
+}
+
+// plotSeries collects y(row) of every row: the deterministic lines first,
+// then the baseline's, named by the baseline's short name.
+func (r *Report) plotSeries(y func(Row) (det, base float64)) *plotSeries {
+	s := &plotSeries{points: map[seriesKey]map[int64]float64{}}
 	baseName := "native"
 	if r.Baseline != "" {
 		baseName = r.Baseline
@@ -83,16 +116,17 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 	}
 	for _, row := range r.Rows {
 		det, _ := y(row)
-		addPoint(key{row.Operation, row.Algorithm, false}, row.InputBytes, det)
+		s.add(seriesKey{row.Operation, row.Algorithm, false}, row.InputBytes, det)
 	}
 	for _, row := range r.Rows {
 		_, base := y(row)
-		addPoint(key{row.Operation, baseName, true}, row.InputBytes, base)
+		s.add(seriesKey{row.Operation, baseName, true}, row.InputBytes, base)
 	}
-	if len(order) == 0 {
-		return fmt.Errorf("bench: plot %s: no positive values to plot", path)
-	}
+	return s
+}
 
+// newFigure is a plot titled for the report, with log axes labelled.
+func (r *Report) newFigure(ylabel string) *plot.Plot {
 	p := newPlot()
 	dts := map[string]bool{}
 	for _, row := range r.Rows {
@@ -116,14 +150,15 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 	// badly, and panics on non-positive ranges.
 	p.X.Tick.Marker = bytesTicks{}
 	p.Y.Tick.Marker = decadeTicks{}
-	legend := plot.NewLegend()
-	legend.TextStyle.Font = plotFont(legend.TextStyle.Font.Size)
-	legend.Top, legend.Left = true, true
-	p.Add(plotter.NewGrid())
+	return p
+}
 
-	for i, k := range order {
-		pts := make(plotter.XYs, 0, len(series[k]))
-		for x, y := range series[k] {
+// addLines adds every line, in order, to p and legend: a colour and a point
+// shape each, dashed for the baseline.
+func (s *plotSeries) addLines(p *plot.Plot, legend *plot.Legend) error {
+	for i, k := range s.order {
+		pts := make(plotter.XYs, 0, len(s.points[k]))
+		for x, y := range s.points[k] {
 			pts = append(pts, plotter.XY{X: math.Log10(float64(x)), Y: math.Log10(y)})
 		}
 		sort.Slice(pts, func(a, b int) bool { return pts[a].X < pts[b].X })
@@ -142,11 +177,14 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 		p.Add(line, scatter)
 		legend.Add(name, line, scatter)
 	}
+	return nil
+}
 
-	// Explicit ranges, padded by a factor: a log axis cannot take gonum's
-	// default ±1 padding of a single value.
+// setRanges sets p's axes to the points' ranges, padded by a factor: a log
+// axis cannot take gonum's default ±1 padding of a single value.
+func (s *plotSeries) setRanges(p *plot.Plot) {
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
-	for _, m := range series {
+	for _, m := range s.points {
 		for x, y := range m {
 			xmin, xmax = min(xmin, float64(x)), max(xmax, float64(x))
 			ymin, ymax = min(ymin, y), max(ymax, y)
@@ -154,11 +192,11 @@ func (r *Report) plot(path, ylabel string, y func(Row) (det, base float64)) erro
 	}
 	p.X.Min, p.X.Max = math.Log10(xmin/1.3), math.Log10(xmax*1.3)
 	p.Y.Min, p.Y.Max = math.Log10(ymin/1.5), math.Log10(ymax*1.5)
+}
 
-	wt, err := render(p, &legend, 10*vg.Inch, 5.5*vg.Inch, ext[1:])
-	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
-	}
+// writePlotFile writes the rendered figure to path through a temporary file
+// in its directory, so that path is either the old file or the whole new one.
+func writePlotFile(path, ext string, wt io.WriterTo) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".bench-plot-*"+ext)
 	if err != nil {
 		return fmt.Errorf("bench: plot %s: %w", path, errors.Unwrap(err))

@@ -25,7 +25,6 @@ import (
 // native run that fails) is reported to every rank at the next agreement
 // point, so all ranks return an error rather than waiting for each other.
 func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, progress func(done, total int)) (*Report, error) {
-	// Long on purpose: a flat run of report fields, then the one loop over operations and sizes.
 	if comm == nil || backend == nil {
 		return nil, fmt.Errorf("bench: Run needs a Comm and a Backend")
 	}
@@ -38,11 +37,28 @@ func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, p
 	r.cfg = ncfg
 	cfg = ncfg
 
+	rep := newReport(comm, backend, cfg, r.w, start)
+	if cfg.OnStart != nil {
+		cfg.OnStart(rep)
+	}
+	if err := r.runRows(ctx, rep, progress); err != nil {
+		return nil, err
+	}
+	rep.AllRankRepeatBitwise = len(rep.Rows) > 0
+	for _, row := range rep.Rows {
+		rep.AllRankRepeatBitwise = rep.AllRankRepeatBitwise && row.RepeatBitwise
+	}
+	return rep, nil
+}
+
+// newReport is the report of a run of the normalised cfg on w ranks, with
+// no rows yet.
+func newReport(comm *detcoll.Comm, backend Backend, cfg Config, w int, start time.Time) *Report {
 	rep := &Report{
 		Schema:         SchemaV1,
 		DetcollVersion: cfg.DetcollVersion,
 		StartedAt:      start.Format(time.RFC3339),
-		WorldSize:      r.w,
+		WorldSize:      w,
 		Nodes:          cfg.Nodes,
 		Device:         backend.Device(),
 		Backend:        backend.Name(),
@@ -71,10 +87,13 @@ func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, p
 	if rep.Device.Names == nil {
 		rep.Device.Names = []string{}
 	}
+	return rep
+}
 
-	if cfg.OnStart != nil {
-		cfg.OnStart(rep)
-	}
+// runRows runs every (operation, size) case of r.cfg in order and appends
+// its rows to rep, calling OnRow and progress after each.
+func (r *runner) runRows(ctx context.Context, rep *Report, progress func(done, total int)) error {
+	cfg := r.cfg
 	total := 0
 	for _, op := range cfg.Operations {
 		names, _ := cfg.rowAlgorithms(op)
@@ -90,7 +109,7 @@ func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, p
 				Seed: cfg.Seed, Rank: r.rank, WorldSize: r.w, Graph: cfg.Graph}
 			rows, err := r.runCase(ctx, spec, req)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			for _, row := range rows {
 				rep.Rows = append(rep.Rows, row)
@@ -104,11 +123,7 @@ func Run(ctx context.Context, comm *detcoll.Comm, backend Backend, cfg Config, p
 			}
 		}
 	}
-	rep.AllRankRepeatBitwise = len(rep.Rows) > 0
-	for _, row := range rep.Rows {
-		rep.AllRankRepeatBitwise = rep.AllRankRepeatBitwise && row.RepeatBitwise
-	}
-	return rep, nil
+	return nil
 }
 
 // phase bounds one step of the run (a case's preparation, a first run, a

@@ -250,7 +250,6 @@ func (f *hostFFN) Forward(ctx context.Context, xt Tensor, w FFNWeights) (Tensor,
 }
 
 func (f *hostFFN) Backward(ctx context.Context, dyt Tensor, w FFNWeights, saved any) (*FFNGrads, error) {
-	// Long on purpose: the backward pass's GEMMs and collectives in the order of the derivation.
 	const op = "FFN.Backward"
 	r := f.m.world.Rank()
 	s, ok := saved.(*ffnSaved)
@@ -272,29 +271,52 @@ func (f *hostFFN) Backward(ctx context.Context, dyt Tensor, w FFNWeights, saved 
 	if err := agree(ctx, f.m.Model(), opFFNBackward, r, []field{{"tokens", int64(tokens)}}, local, f.hint()); err != nil {
 		return nil, err
 	}
-	tpc, cpc, tp, l := f.m.TP(), f.m.CP(), f.m.tp, f.cfg.Chunks
-	wrap := func(what string, err error) error { return fmt.Errorf("parallel: %s: %s: %w", op, what, err) }
 
 	dyf := dy
 	if f.cfg.SequenceParallel {
 		var err error
-		if dyf, err = allGatherRows(ctx, tpc, dy); err != nil {
-			return nil, wrap("SP all-gather of dy", err)
+		if dyf, err = allGatherRows(ctx, f.m.TP(), dy); err != nil {
+			return nil, stepErr(op, "SP all-gather of dy", err)
 		}
 	}
 	// da = dy · Downᵀ (K = H, local); then the SwiGLU gradients.
-	da := matmul(dyf, false, wd, true, l)
-	dg := newMatrix(da.dt, da.rows, da.cols)
-	du := newMatrix(da.dt, da.rows, da.cols)
+	da := matmul(dyf, false, wd, true, f.cfg.Chunks)
+	dg, du := swigluBackward(s, da)
+	dx, err := f.inputGrad(ctx, op, dg, du, wg, wu, tokens)
+	if err != nil {
+		return nil, err
+	}
+	gate, up, down, err := f.weightGrads(ctx, op, s, dyf, dg, du)
+	if err != nil {
+		return nil, err
+	}
+	return &FFNGrads{X: dx, Gate: gate, Up: up, Down: down}, nil
+}
+
+// stepErr is err as the failure of step what of operation op.
+func stepErr(op, what string, err error) error {
+	return fmt.Errorf("parallel: %s: %s: %w", op, what, err)
+}
+
+// swigluBackward is the gradients of the gate and up projections given da,
+// the gradient of the SwiGLU output, and the forward's saved projections.
+func swigluBackward(s *ffnSaved, da *Matrix) (dg, du *Matrix) {
+	dg = newMatrix(da.dt, da.rows, da.cols)
+	du = newMatrix(da.dt, da.rows, da.cols)
 	for i := range da.rows * da.cols {
 		gg, uu := load(s.g.dt, s.g.data, i), load(s.u.dt, s.u.data, i)
 		dgi, dui := swigluGrad(gg, uu, load(da.dt, da.data, i))
 		store(dg.dt, dg.data, i, dgi)
 		store(du.dt, du.data, i, dui)
 	}
-	// Input gradient: two row-parallel GEMMs (K = I), the gate lane and
-	// the up lane, each reduced over TP by its own tree and added only
-	// afterwards: dx = tree(gate lane) + tree(up lane).
+	return dg, du
+}
+
+// inputGrad is the input gradient of this rank's tokens: two row-parallel
+// GEMMs (K = I), the gate lane and the up lane, each reduced over TP by its
+// own tree and added only afterwards: dx = tree(gate lane) + tree(up lane).
+func (f *hostFFN) inputGrad(ctx context.Context, op string, dg, du, wg, wu *Matrix, tokens int) (*Matrix, error) {
+	tpc, tp, l := f.m.TP(), f.m.tp, f.cfg.Chunks
 	dxg := matmul(dg, false, wg, true, l/tp)
 	dxu := matmul(du, false, wu, true, l/tp)
 	var rg, ru *Matrix
@@ -302,22 +324,26 @@ func (f *hostFFN) Backward(ctx context.Context, dyt Tensor, w FFNWeights, saved 
 		rg = newMatrix(dxg.dt, tokens, dxg.cols)
 		ru = newMatrix(dxu.dt, tokens, dxu.cols)
 		if err := tpc.ReduceScatterMany(ctx, [][]byte{dxg.data, dxu.data}, [][]byte{rg.data, ru.data}, dxg.dt, native); err != nil {
-			return nil, wrap("SP reduce-scatter of the gate and up input-gradient lanes", err)
+			return nil, stepErr(op, "SP reduce-scatter of the gate and up input-gradient lanes", err)
 		}
 	} else {
 		// One all-reduce over the two lanes side by side: every element has
 		// its own tree, so the lanes are not added to each other.
 		both, _ := ConcatRows(dxg, dxu)
 		if err := tpc.AllReduce(ctx, both.data, both.data, both.dt, native); err != nil {
-			return nil, wrap("TP all-reduce of the gate and up input-gradient lanes", err)
+			return nil, stepErr(op, "TP all-reduce of the gate and up input-gradient lanes", err)
 		}
 		rg, ru = both.RowSlice(0, dxg.rows), both.RowSlice(dxg.rows, both.rows)
 	}
-	dx := addDType(rg, ru)
+	return addDType(rg, ru), nil
+}
 
-	// Weight gradients: K is the token dimension, so every rank needs every
-	// token of the sequence, in sequence order, to build the canonical token
-	// chunks: all-gather the activations over CP and undo the layout.
+// weightGrads is the full-sequence gradients of the weight shards. K is the
+// token dimension, so every rank needs every token of the sequence, in
+// sequence order, to build the canonical token chunks: all-gather the
+// activations over CP and undo the layout.
+func (f *hostFFN) weightGrads(ctx context.Context, op string, s *ffnSaved, dyf, dg, du *Matrix) (gate, up, down *Matrix, err error) {
+	cpc, l := f.m.CP(), f.cfg.Chunks
 	lanes := []*Matrix{s.x, dyf, s.a, dg, du}
 	sends := make([][]byte, len(lanes))
 	recvs := make([][]byte, len(lanes))
@@ -327,17 +353,12 @@ func (f *hostFFN) Backward(ctx context.Context, dyt Tensor, w FFNWeights, saved 
 		sends[i], recvs[i] = m.data, all[i].data
 	}
 	if err := cpc.AllGatherMany(ctx, sends, recvs, f.cfg.DType); err != nil {
-		return nil, wrap("CP all-gather of the weight-gradient activations", err)
+		return nil, nil, nil, stepErr(op, "CP all-gather of the weight-gradient activations", err)
 	}
 	perm := gatheredToLogical(f.cfg.Layout, cpc.Size(), s.x.rows)
 	for i := range all {
 		all[i] = permuteRows(all[i], perm)
 	}
 	xa, dya, aa, dga, dua := all[0], all[1], all[2], all[3], all[4]
-	return &FFNGrads{
-		X:    dx,
-		Gate: matmul(xa, true, dga, false, l),
-		Up:   matmul(xa, true, dua, false, l),
-		Down: matmul(aa, true, dya, false, l),
-	}, nil
+	return matmul(xa, true, dga, false, l), matmul(xa, true, dua, false, l), matmul(aa, true, dya, false, l), nil
 }

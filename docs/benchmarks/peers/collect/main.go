@@ -94,7 +94,6 @@ var (
 )
 
 func main() {
-	// Long on purpose: a one-shot collector: read, aggregate, write, in one pass.
 	in := flag.String("in", "", "directory of raw outputs")
 	meta := flag.String("meta", "", "run description (commit, date, machine, command)")
 	out := flag.String("out", "", "output path without extension (.json, .md and .png are written)")
@@ -102,54 +101,80 @@ func main() {
 	if *in == "" || *out == "" {
 		log.Fatal("collect: -in and -out are required")
 	}
-	samples := map[key][]float64{}
-	skipped := map[key]string{}
-	bitwise := map[key]bool{} // detcoll rows: repeat and oracle bitwise in every run
+	c := collected{samples: map[key][]float64{}, skipped: map[key]string{}, bitwise: map[key]bool{}}
 	files, _ := filepath.Glob(filepath.Join(*in, "*"))
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			log.Fatal(err)
+		c.readFile(f)
+	}
+	rows := c.rows()
+	js, _ := json.MarshalIndent(rows, "", " ")
+	must(os.WriteFile(*out+".json", append(js, '\n'), 0o644))
+	metaText := ""
+	if *meta != "" {
+		b, _ := os.ReadFile(*meta)
+		metaText = string(b)
+	}
+	must(os.WriteFile(*out+".md", []byte(markdown(rows, c.bitwise, metaText, filepath.Base(*out))), 0o644))
+	must(drawPlot(rows, *out+".png"))
+}
+
+// collected is what the raw outputs say, by row.
+type collected struct {
+	samples map[key][]float64
+	skipped map[key]string
+	bitwise map[key]bool // detcoll rows: repeat and oracle bitwise in every run
+}
+
+// readFile adds one raw output: a detcoll report (NAME-….detcoll.json) or
+// a peer's JSON lines (….jsonl); other files are ignored.
+func (c *collected) readFile(f string) {
+	b, err := os.ReadFile(f)
+	if err != nil {
+		log.Fatal(err)
+	}
+	base := filepath.Base(f)
+	switch {
+	case strings.HasSuffix(base, ".detcoll.json"):
+		var r detcollReport
+		if err := json.Unmarshal(b, &r); err != nil {
+			log.Fatalf("%s: %v", f, err)
 		}
-		base := filepath.Base(f)
-		switch {
-		case strings.HasSuffix(base, ".detcoll.json"):
-			var r detcollReport
-			if err := json.Unmarshal(b, &r); err != nil {
+		name := base[:strings.IndexByte(base, '-')]
+		for _, row := range r.Rows {
+			k := key{name, row.Operation, row.DType, r.WorldSize, row.InputBytes}
+			c.samples[k] = append(c.samples[k], row.Deterministic.SamplesUS...)
+			ok, seen := c.bitwise[k]
+			c.bitwise[k] = (ok || !seen) && row.RepeatBitwise && row.OracleBitwise
+		}
+	case strings.HasSuffix(base, ".jsonl"):
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(line), "{") {
+				continue
+			}
+			var r raw
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
 				log.Fatalf("%s: %v", f, err)
 			}
-			name := base[:strings.IndexByte(base, '-')]
-			for _, row := range r.Rows {
-				k := key{name, row.Operation, row.DType, r.WorldSize, row.InputBytes}
-				samples[k] = append(samples[k], row.Deterministic.SamplesUS...)
-				ok, seen := bitwise[k]
-				bitwise[k] = (ok || !seen) && row.RepeatBitwise && row.OracleBitwise
+			k := key{r.Name, r.Op, r.DType, r.WorldSize, r.Bytes}
+			if r.Skipped != "" {
+				c.skipped[k] = r.Skipped
+				continue
 			}
-		case strings.HasSuffix(base, ".jsonl"):
-			for _, line := range strings.Split(string(b), "\n") {
-				if !strings.HasPrefix(strings.TrimSpace(line), "{") {
-					continue
-				}
-				var r raw
-				if err := json.Unmarshal([]byte(line), &r); err != nil {
-					log.Fatalf("%s: %v", f, err)
-				}
-				k := key{r.Name, r.Op, r.DType, r.WorldSize, r.Bytes}
-				if r.Skipped != "" {
-					skipped[k] = r.Skipped
-					continue
-				}
-				samples[k] = append(samples[k], r.SamplesUS...)
-			}
+			c.samples[k] = append(c.samples[k], r.SamplesUS...)
 		}
 	}
+}
+
+// rows is one row per measured or skipped key, in the output's order:
+// by operation, dtype, W, bytes and peer.
+func (c *collected) rows() []Row {
 	var rows []Row
-	for k, s := range samples {
+	for k, s := range c.samples {
 		sort.Float64s(s)
 		rows = append(rows, Row{Name: k.name, Op: k.op, DType: k.dt, WorldSize: k.w, Bytes: k.bytes,
 			MedianUS: s[len(s)/2], MinUS: s[0], MaxUS: s[len(s)-1], Samples: len(s)})
 	}
-	for k, why := range skipped {
+	for k, why := range c.skipped {
 		rows = append(rows, Row{Name: k.name, Op: k.op, DType: k.dt, WorldSize: k.w, Bytes: k.bytes, Skipped: why})
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -168,15 +193,7 @@ func main() {
 		}
 		return idx(peers, a.Name) < idx(peers, b.Name)
 	})
-	js, _ := json.MarshalIndent(rows, "", " ")
-	must(os.WriteFile(*out+".json", append(js, '\n'), 0o644))
-	metaText := ""
-	if *meta != "" {
-		b, _ := os.ReadFile(*meta)
-		metaText = string(b)
-	}
-	must(os.WriteFile(*out+".md", []byte(markdown(rows, bitwise, metaText, filepath.Base(*out))), 0o644))
-	must(drawPlot(rows, *out+".png"))
+	return rows
 }
 
 func idx(l []string, s string) int {
@@ -241,17 +258,43 @@ type target struct {
 	minRow   string
 }
 
-func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
-	// Long on purpose: writes one document top to bottom.
-	type cfg struct {
-		op, dt string
-		w      int
+// add counts one row's comparison, where naming it: q is the ratio of the
+// medians (NaN when either side is missing), x and y the two sides.
+func (t *target) add(q float64, x, y *Row, where string) {
+	if !math.IsNaN(q) && y.MinUS > 0 {
+		mq := x.MinUS / y.MinUS
+		if mq <= t.limit {
+			t.minHolds++
+		}
+		if mq > t.minWorst {
+			t.minWorst, t.minRow = mq, where
+		}
 	}
-	byCfg := map[cfg]map[int64]map[string]*Row{}
-	var cfgs []cfg
+	if !math.IsNaN(q) {
+		t.total++
+		if q <= t.limit {
+			t.holds++
+		}
+		if q > t.worst {
+			t.worst, t.worstRow = q, where
+		}
+	}
+}
+
+// tableCfg is one table of the markdown: an (operation, dtype, W).
+type tableCfg struct {
+	op, dt string
+	w      int
+}
+
+// byTable groups the rows by table, then bytes, then peer; the tables are
+// in the order of their first row.
+func byTable(rows []Row) ([]tableCfg, map[tableCfg]map[int64]map[string]*Row) {
+	byCfg := map[tableCfg]map[int64]map[string]*Row{}
+	var cfgs []tableCfg
 	for i := range rows {
 		r := &rows[i]
-		c := cfg{r.Op, r.DType, r.WorldSize}
+		c := tableCfg{r.Op, r.DType, r.WorldSize}
 		if byCfg[c] == nil {
 			byCfg[c] = map[int64]map[string]*Row{}
 			cfgs = append(cfgs, c)
@@ -261,6 +304,11 @@ func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
 		}
 		byCfg[c][r.Bytes][r.Name] = r
 	}
+	return cfgs, byCfg
+}
+
+func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
+	cfgs, byCfg := byTable(rows)
 	targets := []*target{
 		{what: "detcoll shm ≤ 1.0 × Open MPI shared memory", a: "detcoll_shm", b: "mpi_shm", limit: 1},
 		{what: "detcoll forced TCP ≤ 1.0 × Open MPI TCP", a: "detcoll_tcp", b: "mpi_tcp", limit: 1},
@@ -269,48 +317,7 @@ func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
 	var body strings.Builder
 	notBitwise := 0
 	for _, c := range cfgs {
-		fmt.Fprintf(&body, "\n### %s %s, W = %d\n\n", c.op, c.dt, c.w)
-		body.WriteString("| bytes/rank | detcoll shm | Open MPI shm | detcoll tcp | Open MPI tcp | Gloo | shm / MPI shm | tcp / MPI tcp | shm / Gloo |\n|---|---|---|---|---|---|---|---|---|\n")
-		var sizes []int64
-		for b := range byCfg[c] {
-			sizes = append(sizes, b)
-		}
-		sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
-		for _, b := range sizes {
-			m := byCfg[c][b]
-			fmt.Fprintf(&body, "| %s |", human(b))
-			for _, p := range peers {
-				fmt.Fprintf(&body, " %s |", cell(m[p]))
-			}
-			for _, t := range targets {
-				q, s := ratio(m[t.a], m[t.b])
-				fmt.Fprintf(&body, " %s |", s)
-				if x, y := m[t.a], m[t.b]; !math.IsNaN(q) && y.MinUS > 0 {
-					mq := x.MinUS / y.MinUS
-					if mq <= t.limit {
-						t.minHolds++
-					}
-					if mq > t.minWorst {
-						t.minWorst, t.minRow = mq, fmt.Sprintf("%s %s W=%d %s", c.op, c.dt, c.w, human(b))
-					}
-				}
-				if !math.IsNaN(q) {
-					t.total++
-					if q <= t.limit {
-						t.holds++
-					}
-					if q > t.worst {
-						t.worst, t.worstRow = q, fmt.Sprintf("%s %s W=%d %s", c.op, c.dt, c.w, human(b))
-					}
-				}
-			}
-			body.WriteString("\n")
-			for _, p := range []string{"detcoll_shm", "detcoll_tcp"} {
-				if ok, seen := bitwise[key{p, c.op, c.dt, c.w, b}]; seen && !ok {
-					notBitwise++
-				}
-			}
-		}
+		notBitwise += writeTable(&body, c, byCfg[c], targets, bitwise)
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "# detcoll against Open MPI and Gloo on one host (%s)\n\n", stem)
@@ -330,6 +337,39 @@ func markdown(rows []Row, bitwise map[key]bool, meta, stem string) string {
 	s.WriteString("\n## Rows\n")
 	s.WriteString(body.String())
 	return s.String()
+}
+
+// writeTable writes table c (bySize: its rows by bytes, then peer), in
+// increasing bytes, counts every row's comparison into targets, and returns
+// how many of its detcoll rows were not bitwise in every run.
+func writeTable(body *strings.Builder, c tableCfg, bySize map[int64]map[string]*Row, targets []*target, bitwise map[key]bool) int {
+	fmt.Fprintf(body, "\n### %s %s, W = %d\n\n", c.op, c.dt, c.w)
+	body.WriteString("| bytes/rank | detcoll shm | Open MPI shm | detcoll tcp | Open MPI tcp | Gloo | shm / MPI shm | tcp / MPI tcp | shm / Gloo |\n|---|---|---|---|---|---|---|---|---|\n")
+	var sizes []int64
+	for b := range bySize {
+		sizes = append(sizes, b)
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	notBitwise := 0
+	for _, b := range sizes {
+		m := bySize[b]
+		fmt.Fprintf(body, "| %s |", human(b))
+		for _, p := range peers {
+			fmt.Fprintf(body, " %s |", cell(m[p]))
+		}
+		for _, t := range targets {
+			q, s := ratio(m[t.a], m[t.b])
+			fmt.Fprintf(body, " %s |", s)
+			t.add(q, m[t.a], m[t.b], fmt.Sprintf("%s %s W=%d %s", c.op, c.dt, c.w, human(b)))
+		}
+		body.WriteString("\n")
+		for _, p := range []string{"detcoll_shm", "detcoll_tcp"} {
+			if ok, seen := bitwise[key{p, c.op, c.dt, c.w, b}]; seen && !ok {
+				notBitwise++
+			}
+		}
+	}
+	return notBitwise
 }
 
 // drawPlot: one panel per (operation, dtype) and W, median latency against

@@ -39,7 +39,6 @@ func die(err error) {
 var exchangeFn func(t *tcp.Transport, ctx context.Context, tg transport.Tag, s, r func(int) ([]byte, bool), rep func(error))
 
 func main() {
-	// Long on purpose: an internal benchmark's flags, setup, loop and report, in order.
 	rank := flag.Int("rank", 0, "")
 	w := flag.Int("w", 2, "")
 	addr := flag.String("store", "127.0.0.1:29777", "")
@@ -52,7 +51,6 @@ func main() {
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	var st store.Store
 	if *rank == 0 {
 		srv, err := store.Listen(*addr, "")
 		if err != nil {
@@ -64,7 +62,7 @@ func main() {
 	if err != nil {
 		die(err)
 	}
-	st = cl
+	var st store.Store = cl
 	t, err := tcp.Connect(ctx, st, *prefix, *rank, *w, tcp.Options{})
 	if err != nil {
 		die(err)
@@ -73,108 +71,16 @@ func main() {
 	if err != nil {
 		die(err)
 	}
-	send := make([]byte, *size)
-	recv := make([]byte, *size)
-	bufs := make([][]byte, *w)
-	for i := range bufs {
-		bufs[i] = make([]byte, *size)
-	}
-	var seq uint64
-	one := func() {
-		switch *mode {
-		case "comm":
-			if err := c.AllReduce(context.Background(), send, recv, detcoll.FP32); err != nil {
-				die(err)
-			}
-		case "seq", "seqdl":
-			// No goroutines: send to every peer, then receive from every
-			// peer (small frames fit in the socket buffers, so sends do
-			// not wait for the peer).
-			cx := context.Background()
-			var cc context.CancelFunc
-			if *mode == "seqdl" {
-				cx, cc = context.WithTimeout(cx, time.Minute)
-			}
-			seq++
-			tg := transport.Tag{Phase: 2, Seq: seq}
-			for p := 0; p < *w; p++ {
-				if p != *rank {
-					if err := t.Send(cx, p, tg, send); err != nil {
-						die(err)
-					}
-				}
-			}
-			for p := 0; p < *w; p++ {
-				if p != *rank {
-					if err := t.Recv(cx, p, tg, bufs[p]); err != nil {
-						die(err)
-					}
-				}
-			}
-			if cc != nil {
-				cc()
-			}
-		case "tcpx", "tcpxdl":
-			cx := context.Background()
-			var cc context.CancelFunc
-			if *mode == "tcpxdl" {
-				cx, cc = context.WithTimeout(cx, time.Minute)
-			}
-			seq++
-			tg := transport.Tag{Phase: 2, Seq: seq}
-			if exchangeFn == nil {
-				die(fmt.Errorf("mode %s: built with -tags noexchange", *mode))
-			}
-			exchangeFn(t, cx, tg, func(int) ([]byte, bool) { return send, true },
-				func(p int) ([]byte, bool) { return bufs[p], true },
-				func(err error) { die(err) })
-			if cc != nil {
-				cc()
-			}
-		case "xchg", "xchgdl":
-			cx := context.Background()
-			var cc context.CancelFunc
-			if *mode == "xchgdl" {
-				cx, cc = context.WithTimeout(cx, time.Minute)
-			}
-			seq++
-			tg := transport.Tag{Phase: 2, Seq: seq}
-			var wg sync.WaitGroup
-			for p := 0; p < *w; p++ {
-				if p == *rank {
-					continue
-				}
-				wg.Add(2)
-				go func() { defer wg.Done(); t.Send(cx, p, tg, send) }()
-				go func() { defer wg.Done(); t.Recv(cx, p, tg, bufs[p]) }()
-			}
-			wg.Wait()
-			if cc != nil {
-				cc()
-			}
-		}
-	}
+	b := newBench(*mode, *rank, *w, *size, t, c)
 	for range *iters / 5 {
-		one()
+		b.one()
 	}
 	if *prof != "" {
 		f, _ := os.Create(fmt.Sprintf("%s.%d", *prof, *rank))
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	var ru0, ru1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	var ts []float64
-	for range *samples {
-		c.Barrier(ctx)
-		t0 := time.Now()
-		for range *iters {
-			one()
-		}
-		ts = append(ts, float64(time.Since(t0).Microseconds())/float64(*iters))
-	}
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := float64((ru1.Utime.Nano()+ru1.Stime.Nano())-(ru0.Utime.Nano()+ru0.Stime.Nano())) / 1e3 / float64(*samples**iters)
+	ts, cpu := b.timeSamples(ctx, *samples, *iters)
 	c.Barrier(ctx)
 	sorted := slices.Clone(ts)
 	slices.Sort(sorted)
@@ -183,4 +89,126 @@ func main() {
 	}
 	c.Close()
 	cl.Close()
+}
+
+// bench is one rank's operation under test and its buffers.
+type bench struct {
+	mode    string
+	rank, w int
+	t       *tcp.Transport
+	c       *detcoll.Comm
+	send    []byte
+	recv    []byte
+	bufs    [][]byte // by peer: what the exchange modes receive
+	seq     uint64   // the last exchange's tag sequence number
+}
+
+func newBench(mode string, rank, w, size int, t *tcp.Transport, c *detcoll.Comm) *bench {
+	b := &bench{mode: mode, rank: rank, w: w, t: t, c: c, send: make([]byte, size), recv: make([]byte, size), bufs: make([][]byte, w)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, size)
+	}
+	return b
+}
+
+// timeSamples runs samples samples of iters operations, each after a
+// barrier, and returns each sample's microseconds per operation and this
+// process's CPU microseconds per operation over all of them.
+func (b *bench) timeSamples(ctx context.Context, samples, iters int) ([]float64, float64) {
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	var ts []float64
+	for range samples {
+		b.c.Barrier(ctx)
+		t0 := time.Now()
+		for range iters {
+			b.one()
+		}
+		ts = append(ts, float64(time.Since(t0).Microseconds())/float64(iters))
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := float64((ru1.Utime.Nano()+ru1.Stime.Nano())-(ru0.Utime.Nano()+ru0.Stime.Nano())) / 1e3 / float64(samples*iters)
+	return ts, cpu
+}
+
+// one runs the mode's operation once; it exits the process on a failure.
+func (b *bench) one() {
+	switch b.mode {
+	case "comm":
+		if err := b.c.AllReduce(context.Background(), b.send, b.recv, detcoll.FP32); err != nil {
+			die(err)
+		}
+	case "seq", "seqdl":
+		cx, cc := b.opContext("seqdl")
+		b.sequential(cx, b.nextTag())
+		cc()
+	case "tcpx", "tcpxdl":
+		cx, cc := b.opContext("tcpxdl")
+		b.tcpExchange(cx, b.nextTag())
+		cc()
+	case "xchg", "xchgdl":
+		cx, cc := b.opContext("xchgdl")
+		b.goroutineExchange(cx, b.nextTag())
+		cc()
+	}
+}
+
+// opContext is the context of one exchange: Background, or in the mode
+// withDeadline one with a deadline like the communicator's.
+func (b *bench) opContext(withDeadline string) (context.Context, context.CancelFunc) {
+	if b.mode == withDeadline {
+		return context.WithTimeout(context.Background(), time.Minute)
+	}
+	return context.Background(), func() {}
+}
+
+// nextTag is the tag of the next exchange.
+func (b *bench) nextTag() transport.Tag {
+	b.seq++
+	return transport.Tag{Phase: 2, Seq: b.seq}
+}
+
+// sequential uses no goroutines: it sends to every peer, then receives from
+// every peer (small frames fit in the socket buffers, so sends do not wait
+// for the peer).
+func (b *bench) sequential(cx context.Context, tg transport.Tag) {
+	for p := 0; p < b.w; p++ {
+		if p != b.rank {
+			if err := b.t.Send(cx, p, tg, b.send); err != nil {
+				die(err)
+			}
+		}
+	}
+	for p := 0; p < b.w; p++ {
+		if p != b.rank {
+			if err := b.t.Recv(cx, p, tg, b.bufs[p]); err != nil {
+				die(err)
+			}
+		}
+	}
+}
+
+// tcpExchange is one tcp.Transport.Exchange with every peer.
+func (b *bench) tcpExchange(cx context.Context, tg transport.Tag) {
+	if exchangeFn == nil {
+		die(fmt.Errorf("mode %s: built with -tags noexchange", b.mode))
+	}
+	exchangeFn(b.t, cx, tg, func(int) ([]byte, bool) { return b.send, true },
+		func(p int) ([]byte, bool) { return b.bufs[p], true },
+		func(err error) { die(err) })
+}
+
+// goroutineExchange runs a goroutine per Send and Recv, as the root
+// package's exchange does.
+func (b *bench) goroutineExchange(cx context.Context, tg transport.Tag) {
+	var wg sync.WaitGroup
+	for p := 0; p < b.w; p++ {
+		if p == b.rank {
+			continue
+		}
+		wg.Add(2)
+		go func() { defer wg.Done(); b.t.Send(cx, p, tg, b.send) }()
+		go func() { defer wg.Done(); b.t.Recv(cx, p, tg, b.bufs[p]) }()
+	}
+	wg.Wait()
 }
