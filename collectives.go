@@ -198,7 +198,6 @@ func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
 
 // reduceScatter runs every lane's reduce-scatter under one synchronisation.
 func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
-	// Long on purpose: both algorithms' lanes under one synchronisation, sharing one layout.
 	w := c.size
 	if sh, slot := c.window(); sh != nil && slot/w >= dt.Size() {
 		// Both algorithms read block r of every rank in place: the same bits.
@@ -214,50 +213,62 @@ func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs 
 		total += len(r)
 	}
 	if alg == GatherTree {
-		// The seed's path: gather every rank's whole input, reduce my block.
-		ws := c.workspace((w - 1) * w * total)
-		lanesOf := func(p int) [][]byte { // peer p's copy of every lane, in ws
-			slot := p
-			if p > c.rank {
-				slot = p - 1
-			}
-			base := slot * w * total
-			out := make([][]byte, len(sends))
-			for i, s := range sends {
-				out[i] = ws[base : base+len(s)]
-				base += len(s)
-			}
-			return out
+		return c.reduceScatterGatherTree(ctx, call, sends, recvs, dt, acc, total)
+	}
+	return c.reduceScatterA2A(ctx, call, sends, recvs, dt, acc, total)
+}
+
+// reduceScatterGatherTree is the seed's path: gather every rank's whole input
+// (all lanes, total bytes per rank), then reduce this rank's block of each lane.
+func (c *Comm) reduceScatterGatherTree(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, total int) error {
+	w := c.size
+	ws := c.workspace((w - 1) * w * total)
+	lanesOf := func(p int) [][]byte { // peer p's copy of every lane, in ws
+		slot := p
+		if p > c.rank {
+			slot = p - 1
 		}
-		peers := make([][][]byte, w)
-		for p := range peers {
-			if p != c.rank {
-				peers[p] = lanesOf(p)
+		base := slot * w * total
+		out := make([][]byte, len(sends))
+		for i, s := range sends {
+			out[i] = ws[base : base+len(s)]
+			base += len(s)
+		}
+		return out
+	}
+	peers := make([][][]byte, w)
+	for p := range peers {
+		if p != c.rank {
+			peers[p] = lanesOf(p)
+		}
+	}
+	err := c.exchangeLanes(ctx, tag(phaseGather, call),
+		func(p, l int) []byte { return sends[l] },
+		func(p, l int) []byte { return peers[p][l] }, len(sends))
+	if err != nil {
+		return err
+	}
+	for l := range sends {
+		n := len(recvs[l])
+		inputs := make([][]byte, w)
+		for p := range inputs {
+			if p == c.rank {
+				inputs[p] = sends[l][c.rank*n : (c.rank+1)*n]
+			} else {
+				inputs[p] = peers[p][l][c.rank*n : (c.rank+1)*n]
 			}
 		}
-		err := c.exchangeLanes(ctx, tag(phaseGather, call),
-			func(p, l int) []byte { return sends[l] },
-			func(p, l int) []byte { return peers[p][l] }, len(sends))
-		if err != nil {
+		if err := c.reducer.Reduce(dt, acc, inputs, recvs[l]); err != nil {
 			return err
 		}
-		for l := range sends {
-			n := len(recvs[l])
-			inputs := make([][]byte, w)
-			for p := range inputs {
-				if p == c.rank {
-					inputs[p] = sends[l][c.rank*n : (c.rank+1)*n]
-				} else {
-					inputs[p] = peers[p][l][c.rank*n : (c.rank+1)*n]
-				}
-			}
-			if err := c.reducer.Reduce(dt, acc, inputs, recvs[l]); err != nil {
-				return err
-			}
-		}
-		return nil
 	}
-	// a2a: block p of every lane goes to rank p; my block of every peer's lanes comes here.
+	return nil
+}
+
+// reduceScatterA2A sends block p of every lane to rank p and reduces this
+// rank's block of every peer's lanes (total bytes of recv across lanes).
+func (c *Comm) reduceScatterA2A(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, total int) error {
+	w := c.size
 	ws := c.workspace((w - 1) * total)
 	slot := func(p int) int {
 		if p > c.rank {

@@ -216,7 +216,6 @@ func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
 
 // initRank is detcollCommInitRank.
 func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, o *origin, err error) {
-	// Long on purpose: one join sequence whose deferred failure publication must cover every step.
 	if nranks < 1 {
 		return nil, nil, argError("nranks %d is not positive", nranks)
 	}
@@ -241,48 +240,22 @@ func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes
 	}
 	prefix := "detcoll/uid/" + hex.EncodeToString(u.key[:])
 	failedKey := prefix + "/failed"
+	// Every failure from here on, whichever step, is published and closes cl.
 	defer func() {
 		if err != nil {
-			// Tell the other ranks, so they stop waiting for this one.
-			var ce *codedError
-			if !errors.As(err, &ce) || ce.code != rcRemoteError {
-				pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				cl.Set(pctx, failedKey, []byte(fmt.Sprintf("rank %d: %v", rank, err)))
-				cancel()
-			}
+			publishJoinFailure(cl, failedKey, rank, err)
 			cl.Close()
 		}
 	}()
-	n := []byte(strconv.Itoa(nranks))
-	got, err := cl.CompareSet(ctx, prefix+"/nranks", nil, n)
-	if err != nil {
+	if err := claimRank(ctx, cl, prefix, nranks, rank); err != nil {
 		return nil, nil, err
-	}
-	if string(got) != string(n) {
-		return nil, nil, usageError("rank %d was given nranks=%d, but a rank that joined earlier was given nranks=%s", rank, nranks, got)
-	}
-	if k, err := cl.Add(ctx, prefix+"/rank/"+strconv.Itoa(rank), 1); err != nil {
-		return nil, nil, err
-	} else if k != 1 {
-		return nil, nil, usageError("rank %d joined twice: two callers of detcollCommInitRank passed the same id and rank", rank)
 	}
 	// Stop waiting if another rank fails to join.
-	cctx, cancel := context.WithCancel(ctx)
-	var peerFailure []byte
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		if v, err := cl.Get(cctx, failedKey); err == nil {
-			peerFailure = v
-			cancel()
-		}
-	}()
+	cctx, stopWatch := watchPeerFailure(ctx, cl, failedKey)
 	dl, _ := ctx.Deadline()
 	// The id's store token authenticates the TCP handshake too.
 	t, err := tcp.Connect(cctx, cl, prefix, rank, nranks, tcp.Options{Host: getenv(tcp.EnvHost), DialTimeout: time.Until(dl), Token: hex.EncodeToString(u.token[:])})
-	cancel()
-	<-watched
-	if peerFailure != nil {
+	if peerFailure := stopWatch(); peerFailure != nil {
 		if t != nil {
 			t.Close()
 		}
@@ -305,6 +278,58 @@ func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes
 		acc:     acc,
 		uid:     true,
 	}, nil
+}
+
+// publishJoinFailure tells the other ranks that this one failed to join, so
+// they stop waiting for it. A failure that is itself another rank's is not
+// echoed back.
+func publishJoinFailure(cl *store.Client, failedKey string, rank int, err error) {
+	var ce *codedError
+	if !errors.As(err, &ce) || ce.code != rcRemoteError {
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cl.Set(pctx, failedKey, []byte(fmt.Sprintf("rank %d: %v", rank, err)))
+		cancel()
+	}
+}
+
+// claimRank checks that every rank of the id was given the same nranks and
+// takes rank, which no other caller may have taken.
+func claimRank(ctx context.Context, cl *store.Client, prefix string, nranks, rank int) error {
+	n := []byte(strconv.Itoa(nranks))
+	got, err := cl.CompareSet(ctx, prefix+"/nranks", nil, n)
+	if err != nil {
+		return err
+	}
+	if string(got) != string(n) {
+		return usageError("rank %d was given nranks=%d, but a rank that joined earlier was given nranks=%s", rank, nranks, got)
+	}
+	if k, err := cl.Add(ctx, prefix+"/rank/"+strconv.Itoa(rank), 1); err != nil {
+		return err
+	} else if k != 1 {
+		return usageError("rank %d joined twice: two callers of detcollCommInitRank passed the same id and rank", rank)
+	}
+	return nil
+}
+
+// watchPeerFailure returns a child of ctx that is cancelled once some rank
+// publishes failedKey. stop ends the watch, waits for it and returns what
+// was published (nil when nothing was).
+func watchPeerFailure(ctx context.Context, cl *store.Client, failedKey string) (cctx context.Context, stop func() []byte) {
+	cctx, cancel := context.WithCancel(ctx)
+	var peerFailure []byte
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if v, err := cl.Get(cctx, failedKey); err == nil {
+			peerFailure = v
+			cancel()
+		}
+	}()
+	return cctx, func() []byte {
+		cancel()
+		<-watched
+		return peerFailure
+	}
 }
 
 // ---- communicators from the launcher's environment ----------------------

@@ -316,8 +316,9 @@ func (r *request) keyBytes() int {
 	return n
 }
 
+// serve runs one connection: the hello, then its requests. Teardown waits for
+// the requests it parked and releases the connection's counts.
 func (s *Server) serve(nc net.Conn) {
-	// Long on purpose: one connection's request loop, a switch with a case per op.
 	c := &conn{nc: nc, parked: make(map[uint64]context.CancelFunc)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var parked sync.WaitGroup
@@ -340,10 +341,16 @@ func (s *Server) serve(nc net.Conn) {
 	if authed = s.handshake(nc, r); !authed {
 		return
 	}
+	s.serveRequests(ctx, c, r, &parked)
+}
+
+// serveRequests reads and answers c's requests until the connection fails,
+// goes idle or sends something it should not. Parked requests join parked.
+func (s *Server) serveRequests(ctx context.Context, c *conn, r *bufio.Reader, parked *sync.WaitGroup) {
 	idle := s.opt.IdleTimeout
 	for {
 		if idle > 0 {
-			nc.SetReadDeadline(time.Now().Add(idle))
+			c.nc.SetReadDeadline(time.Now().Add(idle))
 		}
 		body, err := readFrame(r, maxFrame)
 		if err != nil {
@@ -362,56 +369,72 @@ func (s *Server) serve(nc net.Conn) {
 			}
 			c.mu.Unlock()
 		case req.blocking():
-			// Answer at once when the keys exist: no slot needed.
-			keys := req.keys
-			if req.op == opGet {
-				keys = []string{req.key}
+			if !s.serveBlocking(ctx, c, &req, parked) {
+				return
 			}
-			if v, ok, err := s.mem.peek(keys); err != nil || ok {
-				if req.op == opWait {
-					v = nil
-				}
-				c.reply(req.id, v, err)
-				continue
-			}
-			// Park in a goroutine so that this connection keeps reading:
-			// the key may be set by this very client.
-			c.mu.Lock()
-			_, dup := c.parked[req.id]
-			full := len(c.parked) >= maxParkedPerConn
-			c.mu.Unlock()
-			if dup {
-				return // ids of live requests are unique; a reuse is a broken client
-			}
-			kb := req.keyBytes()
-			if full || !s.park(kb) {
-				c.reply(req.id, nil, fmt.Errorf("%w: too many blocked requests (%d on this connection, caps %d per connection and %d in all); retry",
-					ErrLimit, maxParkedPerConn, maxParkedPerConn, s.opt.MaxParked))
-				continue
-			}
-			opCtx, stop := context.WithCancel(ctx)
-			c.mu.Lock()
-			c.parked[req.id] = stop
-			c.mu.Unlock()
-			parked.Add(1)
-			go func() {
-				defer parked.Done()
-				payload, err := s.exec(opCtx, &req)
-				c.mu.Lock()
-				delete(c.parked, req.id)
-				c.mu.Unlock()
-				stop()
-				s.unpark(kb)
-				if errors.Is(err, ErrTimeout) {
-					return // cancelled by the client, which no longer listens, or by teardown
-				}
-				c.reply(req.id, payload, err)
-			}()
 		default:
 			payload, err := s.exec(ctx, &req)
 			c.reply(req.id, payload, err)
 		}
 	}
+}
+
+// serveBlocking answers a Get or Wait at once when its keys exist, answers
+// "limit" when no parking slot is free, and else parks it. It reports false
+// when the request reuses the id of a parked one: the connection must close.
+func (s *Server) serveBlocking(ctx context.Context, c *conn, req *request, parked *sync.WaitGroup) bool {
+	// Answer at once when the keys exist: no slot needed.
+	keys := req.keys
+	if req.op == opGet {
+		keys = []string{req.key}
+	}
+	if v, ok, err := s.mem.peek(keys); err != nil || ok {
+		if req.op == opWait {
+			v = nil
+		}
+		c.reply(req.id, v, err)
+		return true
+	}
+	// Park in a goroutine so that this connection keeps reading:
+	// the key may be set by this very client.
+	c.mu.Lock()
+	_, dup := c.parked[req.id]
+	full := len(c.parked) >= maxParkedPerConn
+	c.mu.Unlock()
+	if dup {
+		return false // ids of live requests are unique; a reuse is a broken client
+	}
+	kb := req.keyBytes()
+	if full || !s.park(kb) {
+		c.reply(req.id, nil, fmt.Errorf("%w: too many blocked requests (%d on this connection, caps %d per connection and %d in all); retry",
+			ErrLimit, maxParkedPerConn, maxParkedPerConn, s.opt.MaxParked))
+		return true
+	}
+	s.runParked(ctx, c, req, kb, parked)
+	return true
+}
+
+// runParked runs req, which holds a parking slot of kb key bytes, in its own
+// goroutine until it is answered or cancelled (opCancel or teardown).
+func (s *Server) runParked(ctx context.Context, c *conn, req *request, kb int, parked *sync.WaitGroup) {
+	opCtx, stop := context.WithCancel(ctx)
+	c.mu.Lock()
+	c.parked[req.id] = stop
+	c.mu.Unlock()
+	parked.Add(1)
+	go func() {
+		defer parked.Done()
+		payload, err := s.exec(opCtx, req)
+		c.mu.Lock()
+		delete(c.parked, req.id)
+		c.mu.Unlock()
+		stop()
+		s.unpark(kb)
+		if errors.Is(err, ErrTimeout) {
+			return // cancelled by the client, which no longer listens, or by teardown
+		}
+		c.reply(req.id, payload, err)
+	}()
 }
 
 // handshake checks magic, version and token; it answers the client either way

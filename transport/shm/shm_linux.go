@@ -181,41 +181,13 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 func nameKey(prefix string) string          { return prefix + "/shm/name" }
 func mappedKey(prefix string, r int) string { return prefix + "/shm/mapped/" + strconv.Itoa(r) }
 
+// setup gets the segment rank 0 created, has every rank agree that all of
+// them mapped it, then records the peers and builds this rank's rings. A
+// failure once the segment is in hand unlinks and unmaps it.
 func (t *Transport) setup(ctx context.Context) (err error) {
-	// Long on purpose: create, publish, agree and map in order, under one deferred cleanup.
-	var seg *segment
-	var mine error
-	if t.rank == 0 {
-		seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes, t.opt.WindowBytes)
-		v := "err " + fmt.Sprint(mine)
-		if mine == nil {
-			v = "ok " + seg.name
-		}
-		if err := t.st.Set(ctx, nameKey(t.prefix), []byte(v)); err != nil {
-			if seg != nil {
-				seg.unlink()
-				seg.unmap()
-			}
-			return fmt.Errorf("shm: publishing the segment name: %w", err)
-		}
-		if mine != nil {
-			return fmt.Errorf("%w: rank 0: %v", ErrUnavailable, mine)
-		}
-	} else {
-		v, err := t.st.Get(ctx, nameKey(t.prefix))
-		if err != nil {
-			return fmt.Errorf("shm: waiting for rank 0's segment: %w", err)
-		}
-		s := string(v)
-		switch {
-		case strings.HasPrefix(s, "ok "):
-			seg, mine = openSegment(s[3:], t.size)
-		case strings.HasPrefix(s, "err "):
-			// Every rank read this: all fail together, nobody waits for rank 0.
-			return fmt.Errorf("%w: rank 0: %s", ErrUnavailable, s[4:])
-		default:
-			mine = fmt.Errorf("rank 0 published %q", s)
-		}
+	seg, mine, err := t.shareSegment(ctx)
+	if err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil && seg != nil {
@@ -224,17 +196,84 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 		}
 	}()
 	if seg != nil {
-		t.probe = new(uint64)
-		var rnd [8]byte
-		rand.Read(rnd[:])
-		*t.probe = binary.LittleEndian.Uint64(rnd[:]) | 1
-		start, _, _ := procStart(os.Getpid())
-		ro := seg.rankOff(t.rank)
-		seg.u64(ro + rbStart).Store(start)
-		seg.u64(ro + rbProbeAddr).Store(uint64(uintptr(unsafe.Pointer(t.probe))))
-		seg.u64(ro + rbProbeVal).Store(*t.probe)
-		seg.u64(ro + rbPid).Store(uint64(os.Getpid()))
+		t.publishProbe(seg)
 	}
+	if err := t.agreeMapped(ctx, mine); err != nil {
+		return err
+	}
+	if t.rank == 0 {
+		seg.unlink() // every rank has it mapped: nothing is left behind from here on
+	}
+	t.seg = seg
+	t.readPeerProcs()
+	t.openRings()
+	return nil
+}
+
+// shareSegment has rank 0 create the segment and publish its name (or why it
+// could not), and the other ranks open what rank 0 published. mine is this
+// rank's own failure to get the segment, still to be agreed on; err ends setup
+// at once.
+func (t *Transport) shareSegment(ctx context.Context) (seg *segment, mine, err error) {
+	if t.rank == 0 {
+		return t.createAndPublish(ctx)
+	}
+	v, err := t.st.Get(ctx, nameKey(t.prefix))
+	if err != nil {
+		return nil, nil, fmt.Errorf("shm: waiting for rank 0's segment: %w", err)
+	}
+	s := string(v)
+	switch {
+	case strings.HasPrefix(s, "ok "):
+		seg, mine = openSegment(s[3:], t.size)
+	case strings.HasPrefix(s, "err "):
+		// Every rank read this: all fail together, nobody waits for rank 0.
+		return nil, nil, fmt.Errorf("%w: rank 0: %s", ErrUnavailable, s[4:])
+	default:
+		mine = fmt.Errorf("rank 0 published %q", s)
+	}
+	return seg, mine, nil
+}
+
+// createAndPublish is rank 0's part of shareSegment.
+func (t *Transport) createAndPublish(ctx context.Context) (seg *segment, mine, err error) {
+	seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes, t.opt.WindowBytes)
+	v := "err " + fmt.Sprint(mine)
+	if mine == nil {
+		v = "ok " + seg.name
+	}
+	if err := t.st.Set(ctx, nameKey(t.prefix), []byte(v)); err != nil {
+		if seg != nil {
+			seg.unlink()
+			seg.unmap()
+		}
+		return nil, nil, fmt.Errorf("shm: publishing the segment name: %w", err)
+	}
+	if mine != nil {
+		return nil, nil, fmt.Errorf("%w: rank 0: %v", ErrUnavailable, mine)
+	}
+	return seg, nil, nil
+}
+
+// publishProbe writes this rank's process identity and a random probe word
+// into its slot of seg, for peers' liveness checks and direct-read probing.
+func (t *Transport) publishProbe(seg *segment) {
+	t.probe = new(uint64)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	*t.probe = binary.LittleEndian.Uint64(rnd[:]) | 1
+	start, _, _ := procStart(os.Getpid())
+	ro := seg.rankOff(t.rank)
+	seg.u64(ro + rbStart).Store(start)
+	seg.u64(ro + rbProbeAddr).Store(uint64(uintptr(unsafe.Pointer(t.probe))))
+	seg.u64(ro + rbProbeVal).Store(*t.probe)
+	seg.u64(ro + rbPid).Store(uint64(os.Getpid()))
+}
+
+// agreeMapped publishes whether this rank mapped the segment (mine is why
+// not) and reads every peer's outcome, so all ranks agree on success or
+// failure.
+func (t *Transport) agreeMapped(ctx context.Context, mine error) error {
 	v := "ok"
 	if mine != nil {
 		v = "err " + mine.Error()
@@ -242,7 +281,6 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 	if err := t.st.Set(ctx, mappedKey(t.prefix, t.rank), []byte(v)); err != nil {
 		return fmt.Errorf("shm: publishing that rank %d mapped the segment: %w", t.rank, err)
 	}
-	// Every rank reads every outcome, so all agree on success or failure.
 	var failed []string
 	if mine != nil {
 		failed = append(failed, fmt.Sprintf("rank %d: %v", t.rank, mine))
@@ -262,15 +300,23 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(failed, "; "))
 	}
-	if t.rank == 0 {
-		seg.unlink() // every rank has it mapped: nothing is left behind from here on
-	}
-	t.seg = seg
+	return nil
+}
+
+// readPeerProcs records every rank's pid and start time from t.seg.
+func (t *Transport) readPeerProcs() {
+	seg := t.seg
 	t.procs = make([]peerProc, t.size)
 	for p := range t.procs {
 		ro := seg.rankOff(p)
 		t.procs[p] = peerProc{pid: int(seg.u64(ro + rbPid).Load()), start: seg.u64(ro + rbStart).Load()}
 	}
+}
+
+// openRings builds this rank's rings to and from every peer and, when direct
+// transfers are on, marks the peers whose memory this rank can read.
+func (t *Transport) openRings() {
+	seg := t.seg
 	t.out = make([]*ring, t.size)
 	t.in = make([]*ring, t.size)
 	for p := 0; p < t.size; p++ {
@@ -289,7 +335,6 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 			}
 		}
 	}
-	return nil
 }
 
 func (t *Transport) ring(from, to int) *ring {

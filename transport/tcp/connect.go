@@ -178,8 +178,10 @@ func (m *mesher) setErr(peer int, err error) {
 	m.cancel(err)
 }
 
+// run connects m's rank to every other: it accepts the higher ranks (when
+// there are any) and dials the lower ones at once, and fails as a whole when
+// either side does or the DialTimeout passes.
 func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
-	// Long on purpose: runs the accept and dial sides, then builds one error from what both saw.
 	d := m.opt.DialTimeout
 	tctx, tcancel := context.WithTimeoutCause(ctx, d,
 		fmt.Errorf("tcp: group not connected within DialTimeout %v: %w", d, context.DeadlineExceeded))
@@ -191,17 +193,14 @@ func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
 	m.reserved = make([]bool, m.size)
 	m.need = m.size - 1 - m.rank
 
-	fail := func(err error) error { return &transport.Error{Op: "connect", Rank: m.rank, Peer: -1, Err: err} }
 	var wg sync.WaitGroup
 	if m.need > 0 {
-		ln, addr, err := listen(cctx, m.opt.Host)
-		if err != nil {
-			return nil, fail(err)
+		ln, err := m.listenAndPublish(cctx)
+		if ln != nil {
+			defer ln.Close()
 		}
-		m.ln = ln
-		defer ln.Close()
-		if err := m.st.Set(cctx, addrKey(m.prefix, m.rank), []byte(addr)); err != nil {
-			return nil, fail(fmt.Errorf("tcp: publishing address %s: %w", addr, err))
+		if err != nil {
+			return nil, err
 		}
 		wg.Add(1)
 		go func() {
@@ -226,7 +225,30 @@ func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
 		}()
 	}
 	wg.Wait()
+	return m.outcome(cctx)
+}
 
+// listenAndPublish opens m's listener (m.ln) and publishes its address for
+// the higher ranks. The listener comes back, for the caller to close, even
+// when publishing fails.
+func (m *mesher) listenAndPublish(ctx context.Context) (*net.TCPListener, error) {
+	fail := func(err error) error { return &transport.Error{Op: "connect", Rank: m.rank, Peer: -1, Err: err} }
+	ln, addr, err := listen(ctx, m.opt.Host)
+	if err != nil {
+		return nil, fail(err)
+	}
+	m.ln = ln
+	if err := m.st.Set(ctx, addrKey(m.prefix, m.rank), []byte(addr)); err != nil {
+		return ln, fail(fmt.Errorf("tcp: publishing address %s: %w", addr, err))
+	}
+	return ln, nil
+}
+
+// outcome is run's result once the accept and dial sides have stopped: every
+// connection, or one error built from what both saw (the first failure, the
+// ranks still missing, a stray connection turned away). On error it closes
+// the connections made.
+func (m *mesher) outcome(ctx context.Context) ([]*net.TCPConn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var missing []int
@@ -237,7 +259,7 @@ func (m *mesher) run(ctx context.Context) ([]*net.TCPConn, error) {
 	}
 	err := m.err
 	if err == nil && len(missing) > 0 {
-		err = context.Cause(cctx)
+		err = context.Cause(ctx)
 		if err == nil {
 			err = errors.New("tcp: internal error: connect ended with peers missing")
 		}

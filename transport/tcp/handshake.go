@@ -135,71 +135,101 @@ func (m *mesher) reject(c *net.TCPConn, h hello, reason uint8, authenticated boo
 // dialer has proved it holds the token, so an impostor cannot take a rank's
 // place or abort the group.
 func (m *mesher) serverHandshake(ctx context.Context, c *net.TCPConn) {
-	// Long on purpose: one connection's hello, challenge and reservation under one deadline; the protocol reads in order.
 	var from = -1
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	err := withConn(ctx, c, func() error {
-		var hb, cb [helloLen]byte
-		// Check the magic first: a stranger that sent a few bytes is
-		// dropped without waiting for a whole hello.
-		if _, err := io.ReadFull(c, hb[:len(helloMagic)]); err != nil {
-			return err
-		}
-		if string(hb[:len(helloMagic)]) != helloMagic {
-			return errHelloMagic
-		}
-		if _, err := io.ReadFull(c, hb[len(helloMagic):]); err != nil {
-			return err
-		}
-		h, err := decodeHello(hb[:])
-		if err != nil {
-			return err
-		}
-		if h.kind != kindHello {
-			return errHelloKind
-		}
-		if h.version != protocolVersion {
-			m.reject(c, h, reasonVersion, false)
-			return errors.New(reasonString(reasonVersion))
-		}
-		if (m.token != nil) != (h.flags&flagAuth != 0) {
-			// Harmless to answer: it tells a misconfigured rank why, and
-			// an impostor nothing it could use.
-			m.reject(c, h, reasonAuth, false)
-			return errors.New(reasonString(reasonAuth))
-		}
-		if m.token != nil {
-			if err := m.challenge(c, &hb, &cb, h); err != nil {
-				m.noteStray(fmt.Sprintf("a connection from %v claiming rank %d: %v", c.RemoteAddr(), h.from, err))
-				return err
-			}
-		}
-		// From here on the dialer is authenticated (or nobody is).
-		reason := m.check(h)
-		if reason == reasonNone {
-			m.mu.Lock()
-			switch {
-			case !m.unpend(c):
-				m.mu.Unlock()
-				return net.ErrClosed // evicted by a flood meanwhile; the dialer retries
-			case m.reserved[h.from] || m.conns[h.from] != nil:
-				reason = reasonDuplicate
-			default:
-				m.reserved[h.from] = true
-				from = int(h.from)
-			}
-			m.mu.Unlock()
-		}
-		if reason != reasonNone {
-			m.reject(c, h, reason, true)
-			return errors.New(reasonString(reason))
-		}
-		encodeHello(&cb, hello{version: protocolVersion, kind: kindAccept, group: m.group,
-			members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
-		_, err = c.Write(cb[:])
+	err := withConn(ctx, c, func() error { return m.answerHello(c, &from) })
+	m.finishAccept(c, from, err)
+}
+
+// answerHello runs the acceptor's side of the protocol, in order: read the
+// hello, authenticate the dialer when there is a token, then accept (setting
+// *from to the rank reserved for c) or reject.
+func (m *mesher) answerHello(c *net.TCPConn, from *int) error {
+	var hb, cb [helloLen]byte
+	h, err := readHello(c, &hb)
+	if err != nil {
 		return err
-	})
+	}
+	if h.version != protocolVersion {
+		m.reject(c, h, reasonVersion, false)
+		return errors.New(reasonString(reasonVersion))
+	}
+	if (m.token != nil) != (h.flags&flagAuth != 0) {
+		// Harmless to answer: it tells a misconfigured rank why, and
+		// an impostor nothing it could use.
+		m.reject(c, h, reasonAuth, false)
+		return errors.New(reasonString(reasonAuth))
+	}
+	if m.token != nil {
+		if err := m.challenge(c, &hb, &cb, h); err != nil {
+			m.noteStray(fmt.Sprintf("a connection from %v claiming rank %d: %v", c.RemoteAddr(), h.from, err))
+			return err
+		}
+	}
+	// From here on the dialer is authenticated (or nobody is).
+	reason, err := m.reserve(c, h, from)
+	if err != nil {
+		return err
+	}
+	if reason != reasonNone {
+		m.reject(c, h, reason, true)
+		return errors.New(reasonString(reason))
+	}
+	encodeHello(&cb, hello{version: protocolVersion, kind: kindAccept, group: m.group,
+		members: m.members, from: uint32(m.rank), to: h.from, size: uint32(m.size)})
+	_, err = c.Write(cb[:])
+	return err
+}
+
+// readHello reads a dialer's hello into hb and decodes it. It checks the
+// magic first: a stranger that sent a few bytes is dropped without waiting
+// for a whole hello.
+func readHello(c *net.TCPConn, hb *[helloLen]byte) (hello, error) {
+	if _, err := io.ReadFull(c, hb[:len(helloMagic)]); err != nil {
+		return hello{}, err
+	}
+	if string(hb[:len(helloMagic)]) != helloMagic {
+		return hello{}, errHelloMagic
+	}
+	if _, err := io.ReadFull(c, hb[len(helloMagic):]); err != nil {
+		return hello{}, err
+	}
+	h, err := decodeHello(hb[:])
+	if err != nil {
+		return hello{}, err
+	}
+	if h.kind != kindHello {
+		return hello{}, errHelloKind
+	}
+	return h, nil
+}
+
+// reserve checks an authenticated hello and, when it fits and its rank is
+// neither connected nor being answered, reserves that rank for c (*from).
+// It returns the reason to reject h, or an error when c was evicted.
+func (m *mesher) reserve(c *net.TCPConn, h hello, from *int) (uint8, error) {
+	reason := m.check(h)
+	if reason != reasonNone {
+		return reason, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case !m.unpend(c):
+		return reasonNone, net.ErrClosed // evicted by a flood meanwhile; the dialer retries
+	case m.reserved[h.from] || m.conns[h.from] != nil:
+		return reasonDuplicate, nil
+	}
+	m.reserved[h.from] = true
+	*from = int(h.from)
+	return reasonNone, nil
+}
+
+// finishAccept ends c's handshake: it drops c's reservation of rank from (if
+// any) and its pending entry, then closes c on err or registers it as rank
+// from's connection, closing the listener once every higher rank is in.
+func (m *mesher) finishAccept(c *net.TCPConn, from int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if from >= 0 {
