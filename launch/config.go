@@ -170,10 +170,41 @@ func parseDuration(s string) (time.Duration, error) {
 // normalize applies defaults and checks c, host addresses included, so that
 // a bad config fails before anything starts.
 func (c Config) normalize() (Config, error) {
-	// Long on purpose: a flat list of defaults, then of checks, in field order.
-	bad := func(format string, args ...any) (Config, error) {
-		return Config{}, fmt.Errorf("launch: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	c.setDefaults()
+	if c.StorePort == 0 && c.MasterPort != 0 {
+		if c.MasterPort == 65535 {
+			return Config{}, invalidConfig("MasterPort=65535 leaves no MasterPort+1 for detcoll's store; set StorePort (--store-port)")
+		}
+		c.StorePort = c.MasterPort + 1
 	}
+	if err := c.checkFields(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkLocalRanks(); err != nil {
+		return Config{}, err
+	}
+	if c.Standalone || c.MasterAddr == "" {
+		c.MasterAddr = "127.0.0.1"
+	}
+	if c.AssignNodeRank {
+		c.NodeRank = 0 // until the rendezvous says
+	}
+	if err := c.checkHosts(); err != nil {
+		return Config{}, fmt.Errorf("launch: %w: %w", ErrInvalidConfig, err)
+	}
+	if c.AssignNodeRank && !c.hosts.hostable && c.Token == "" {
+		return Config{}, invalidConfig("MasterAddr %q is not this host's, so another node serves the store: set %s (or --token) to the value it printed", c.MasterAddr, EnvToken)
+	}
+	return c, nil
+}
+
+// invalidConfig is an ErrInvalidConfig error saying what is wrong.
+func invalidConfig(format string, args ...any) error {
+	return fmt.Errorf("launch: %w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// setDefaults fills the fields left zero, in field order.
+func (c *Config) setDefaults() {
 	if c.NprocPerNode == 0 {
 		c.NprocPerNode = 1
 	}
@@ -219,75 +250,67 @@ func (c Config) normalize() (Config, error) {
 	if c.AssignNodeRank && c.Nnodes <= 1 {
 		c.AssignNodeRank, c.NodeRank = false, 0 // one node: it is node 0
 	}
-	if c.StorePort == 0 && c.MasterPort != 0 {
-		if c.MasterPort == 65535 {
-			return bad("MasterPort=65535 leaves no MasterPort+1 for detcoll's store; set StorePort (--store-port)")
-		}
-		c.StorePort = c.MasterPort + 1
-	}
+}
+
+// checkFields checks each field's range, and the fields that go together.
+func (c *Config) checkFields() error {
 	switch {
 	case len(c.Cmd) == 0 || c.Cmd[0] == "":
-		return bad("no worker command")
+		return invalidConfig("no worker command")
 	case c.NprocPerNode < 0:
-		return bad("NprocPerNode (--nproc-per-node)=%d is negative", c.NprocPerNode)
+		return invalidConfig("NprocPerNode (--nproc-per-node)=%d is negative", c.NprocPerNode)
 	case c.Nnodes < 0:
-		return bad("Nnodes (--nnodes)=%d is negative", c.Nnodes)
+		return invalidConfig("Nnodes (--nnodes)=%d is negative", c.Nnodes)
 	case c.MinNodes < 1 || c.MinNodes > c.Nnodes:
-		return bad("MinNodes (--nnodes MIN:MAX)=%d is not in 1…%d (Nnodes, MAX)", c.MinNodes, c.Nnodes)
+		return invalidConfig("MinNodes (--nnodes MIN:MAX)=%d is not in 1…%d (Nnodes, MAX)", c.MinNodes, c.Nnodes)
 	case c.MinNodes < c.Nnodes && !c.AssignNodeRank:
-		return bad("an elastic job (--nnodes %d:%d) assigns node ranks in join order: set AssignNodeRank (no --node-rank)", c.MinNodes, c.Nnodes)
+		return invalidConfig("an elastic job (--nnodes %d:%d) assigns node ranks in join order: set AssignNodeRank (no --node-rank)", c.MinNodes, c.Nnodes)
 	case c.LastCallTimeout < 0:
-		return bad("LastCallTimeout (--rdzv-conf last_call_timeout)=%v is negative", c.LastCallTimeout)
+		return invalidConfig("LastCallTimeout (--rdzv-conf last_call_timeout)=%v is negative", c.LastCallTimeout)
 	case !c.AssignNodeRank && (c.NodeRank < 0 || c.NodeRank >= c.Nnodes):
-		return bad("NodeRank (--node-rank)=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
+		return invalidConfig("NodeRank (--node-rank)=%d is not in 0…%d", c.NodeRank, c.Nnodes-1)
 	case c.MasterPort < 0 || c.MasterPort > 65535:
-		return bad("MasterPort (--master-port)=%d is not in 0…65535", c.MasterPort)
+		return invalidConfig("MasterPort (--master-port)=%d is not in 0…65535", c.MasterPort)
 	case c.StorePort < 0 || c.StorePort > 65535:
-		return bad("StorePort (--store-port)=%d is not in 0…65535", c.StorePort)
+		return invalidConfig("StorePort (--store-port)=%d is not in 0…65535", c.StorePort)
 	case c.StorePort != 0 && c.StorePort == c.MasterPort:
-		return bad("StorePort (--store-port)=%d is MasterPort, torch's port; detcoll's store needs another", c.StorePort)
+		return invalidConfig("StorePort (--store-port)=%d is MasterPort, torch's port; detcoll's store needs another", c.StorePort)
 	case c.GracePeriod < 0:
-		return bad("GracePeriod (--grace-period)=%v is negative", c.GracePeriod)
+		return invalidConfig("GracePeriod (--grace-period)=%v is negative", c.GracePeriod)
 	case c.RdzvTimeout < 0:
-		return bad("RdzvTimeout (--rdzv-timeout)=%v is negative", c.RdzvTimeout)
+		return invalidConfig("RdzvTimeout (--rdzv-timeout)=%v is negative", c.RdzvTimeout)
 	case c.MonitorInterval < 0:
-		return bad("MonitorInterval (--monitor-interval)=%v is negative", c.MonitorInterval)
+		return invalidConfig("MonitorInterval (--monitor-interval)=%v is negative", c.MonitorInterval)
 	case c.MaxRestarts < 0:
-		return bad("MaxRestarts (--max-restarts)=%d is negative", c.MaxRestarts)
+		return invalidConfig("MaxRestarts (--max-restarts)=%d is negative", c.MaxRestarts)
 	case c.RdzvBackend != "static" && c.RdzvBackend != "c10d":
-		return bad("RdzvBackend (--rdzv-backend)=%q is not static or c10d", c.RdzvBackend)
+		return invalidConfig("RdzvBackend (--rdzv-backend)=%q is not static or c10d", c.RdzvBackend)
 	case c.Standalone && c.Nnodes != 1:
-		return bad("Standalone (--standalone) needs Nnodes=1, not %d", c.Nnodes)
+		return invalidConfig("Standalone (--standalone) needs Nnodes=1, not %d", c.Nnodes)
 	case c.Nnodes > 1 && c.MasterAddr == "":
-		return bad("%d nodes need MasterAddr (--master-addr: node 0's address)", c.Nnodes)
+		return invalidConfig("%d nodes need MasterAddr (--master-addr: node 0's address)", c.Nnodes)
 	case c.Nnodes > 1 && c.StorePort == 0:
-		return bad("%d nodes need MasterPort or StorePort (--master-port, --store-port)", c.Nnodes)
+		return invalidConfig("%d nodes need MasterPort or StorePort (--master-port, --store-port)", c.Nnodes)
 	case c.Nnodes > 1 && c.NodeRank > 0 && c.Token == "" && !c.AssignNodeRank:
-		return bad("node %d of %d needs the job's token: set %s (or --token) to the value node 0 printed", c.NodeRank, c.Nnodes, EnvToken)
+		return invalidConfig("node %d of %d needs the job's token: set %s (or --token) to the value node 0 printed", c.NodeRank, c.Nnodes, EnvToken)
 	}
+	return nil
+}
+
+// checkLocalRanks checks that the options naming local ranks name ranks
+// of this node.
+func (c *Config) checkLocalRanks() error {
 	for _, lr := range c.LocalRanksFilter {
 		if lr < 0 || lr >= c.NprocPerNode {
-			return bad("LocalRanksFilter (--local-ranks-filter) names local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
+			return invalidConfig("LocalRanksFilter (--local-ranks-filter) names local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
 		}
 	}
 	for _, s := range []Streams{c.Redirects, c.Tee} {
 		for lr := range s.PerRank {
 			if lr < 0 || lr >= c.NprocPerNode {
-				return bad("Redirects/Tee (--redirects, --tee) name local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
+				return invalidConfig("Redirects/Tee (--redirects, --tee) name local rank %d, not in 0…%d", lr, c.NprocPerNode-1)
 			}
 		}
 	}
-	if c.Standalone || c.MasterAddr == "" {
-		c.MasterAddr = "127.0.0.1"
-	}
-	if c.AssignNodeRank {
-		c.NodeRank = 0 // until the rendezvous says
-	}
-	if err := c.checkHosts(); err != nil {
-		return Config{}, fmt.Errorf("launch: %w: %w", ErrInvalidConfig, err)
-	}
-	if c.AssignNodeRank && !c.hosts.hostable && c.Token == "" {
-		return bad("MasterAddr %q is not this host's, so another node serves the store: set %s (or --token) to the value it printed", c.MasterAddr, EnvToken)
-	}
-	return c, nil
+	return nil
 }

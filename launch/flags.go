@@ -350,74 +350,18 @@ func ParseArgs(args []string, getenv func(string) string) (Config, error) {
 // finish turns the parsed options and the worker command into a Config.
 func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, error) {
 	c := o.cfg
-	if o.rdzvEndpoint != "" {
-		host, port, err := splitEndpoint(o.rdzvEndpoint)
-		if err != nil {
-			return Config{}, usageErr("--rdzv-endpoint %q: %v", o.rdzvEndpoint, err)
-		}
-		if c.MasterAddr != "" && !sameHost(c.MasterAddr, host) {
-			// --master-addr and the endpoint's host both name node 0.
-			return Config{}, usageErr("--rdzv-endpoint host %q differs from --master-addr %q (both name node 0)", host, c.MasterAddr)
-		}
-		c.MasterAddr = host
-		if c.StorePort == 0 {
-			c.StorePort = port
-		}
-	}
-	if o.rdzvConf != "" {
-		rc, err := ParseRdzvConf(o.rdzvConf)
-		if err != nil {
-			return Config{}, usageErr("--rdzv-conf: %v", err)
-		}
-		if rc.JoinTimeout > 0 && c.RdzvTimeout == 0 {
-			c.RdzvTimeout = rc.JoinTimeout
-		}
-		c.LastCallTimeout = rc.LastCallTimeout
-	}
-	if c.MinNodes < c.Nnodes {
-		if o.nodeRankSet {
-			// torchrun's elastic rendezvous (c10d) assigns node ranks.
-			return Config{}, usageErr("--node-rank: an elastic --nnodes %d:%d assigns node ranks in join order; drop --node-rank", c.MinNodes, c.Nnodes)
-		}
-		c.AssignNodeRank = true
+	if err := o.applyRendezvous(&c); err != nil {
+		return Config{}, err
 	}
 	if o.monitor > 0 {
 		c.MonitorInterval = o.monitor
 	}
+	if err := o.applyStreams(&c); err != nil {
+		return Config{}, err
+	}
 	var err error
-	if c.Redirects, err = ParseStreams(o.redirects); err != nil {
-		return Config{}, usageErr("--redirects: %v", err)
-	}
-	if c.Tee, err = ParseStreams(o.tee); err != nil {
-		return Config{}, usageErr("--tee: %v", err)
-	}
-	if o.filters != "" {
-		if c.LocalRanksFilter, err = parseRankList(o.filters); err != nil {
-			return Config{}, usageErr("--local-ranks-filter: %v", err)
-		}
-	}
-	if len(cmd) == 0 {
-		return Config{}, usageErr("no worker command (usage: detcoll launch [flags] CMD ARGS...)")
-	}
-	switch {
-	case o.module && o.noPython:
-		return Config{}, usageErr("-m/--module and --no-python exclude each other")
-	case o.module && o.run:
-		return Config{}, usageErr("-m/--module and --run-path exclude each other")
-	}
-	python := strings.TrimSpace(getenv(EnvPython))
-	if python == "" {
-		python = "python3"
-	}
-	switch {
-	case o.module:
-		c.Cmd = append([]string{python, "-u", "-m"}, cmd...)
-	case o.run:
-		c.Cmd = append([]string{python, "-u"}, cmd...)
-	case !o.noPython && strings.HasSuffix(cmd[0], ".py"):
-		c.Cmd = append([]string{python, "-u"}, cmd...) // torchrun's default for a script
-	default:
-		c.Cmd = slices.Clone(cmd)
+	if c.Cmd, err = o.workerCmd(cmd, getenv); err != nil {
+		return Config{}, err
 	}
 	if c.MinNodes == c.Nnodes {
 		c.MinNodes = 0 // not elastic: the Config default
@@ -434,6 +378,89 @@ func (o *cliOpts) finish(cmd []string, getenv func(string) string) (Config, erro
 		return Config{}, usageError{err}
 	}
 	return c, nil
+}
+
+// applyRendezvous sets c's rendezvous from --rdzv-endpoint, --rdzv-conf
+// and an elastic --nnodes.
+func (o *cliOpts) applyRendezvous(c *Config) error {
+	if o.rdzvEndpoint != "" {
+		host, port, err := splitEndpoint(o.rdzvEndpoint)
+		if err != nil {
+			return usageErr("--rdzv-endpoint %q: %v", o.rdzvEndpoint, err)
+		}
+		if c.MasterAddr != "" && !sameHost(c.MasterAddr, host) {
+			// --master-addr and the endpoint's host both name node 0.
+			return usageErr("--rdzv-endpoint host %q differs from --master-addr %q (both name node 0)", host, c.MasterAddr)
+		}
+		c.MasterAddr = host
+		if c.StorePort == 0 {
+			c.StorePort = port
+		}
+	}
+	if o.rdzvConf != "" {
+		rc, err := ParseRdzvConf(o.rdzvConf)
+		if err != nil {
+			return usageErr("--rdzv-conf: %v", err)
+		}
+		if rc.JoinTimeout > 0 && c.RdzvTimeout == 0 {
+			c.RdzvTimeout = rc.JoinTimeout
+		}
+		c.LastCallTimeout = rc.LastCallTimeout
+	}
+	if c.MinNodes < c.Nnodes {
+		if o.nodeRankSet {
+			// torchrun's elastic rendezvous (c10d) assigns node ranks.
+			return usageErr("--node-rank: an elastic --nnodes %d:%d assigns node ranks in join order; drop --node-rank", c.MinNodes, c.Nnodes)
+		}
+		c.AssignNodeRank = true
+	}
+	return nil
+}
+
+// applyStreams sets c's output options from --redirects, --tee and
+// --local-ranks-filter.
+func (o *cliOpts) applyStreams(c *Config) error {
+	var err error
+	if c.Redirects, err = ParseStreams(o.redirects); err != nil {
+		return usageErr("--redirects: %v", err)
+	}
+	if c.Tee, err = ParseStreams(o.tee); err != nil {
+		return usageErr("--tee: %v", err)
+	}
+	if o.filters != "" {
+		if c.LocalRanksFilter, err = parseRankList(o.filters); err != nil {
+			return usageErr("--local-ranks-filter: %v", err)
+		}
+	}
+	return nil
+}
+
+// workerCmd is the command each worker runs: cmd, under Python for -m,
+// --run-path or a .py script (unless --no-python).
+func (o *cliOpts) workerCmd(cmd []string, getenv func(string) string) ([]string, error) {
+	if len(cmd) == 0 {
+		return nil, usageErr("no worker command (usage: detcoll launch [flags] CMD ARGS...)")
+	}
+	switch {
+	case o.module && o.noPython:
+		return nil, usageErr("-m/--module and --no-python exclude each other")
+	case o.module && o.run:
+		return nil, usageErr("-m/--module and --run-path exclude each other")
+	}
+	python := strings.TrimSpace(getenv(EnvPython))
+	if python == "" {
+		python = "python3"
+	}
+	switch {
+	case o.module:
+		return append([]string{python, "-u", "-m"}, cmd...), nil
+	case o.run:
+		return append([]string{python, "-u"}, cmd...), nil
+	case !o.noPython && strings.HasSuffix(cmd[0], ".py"):
+		return append([]string{python, "-u"}, cmd...), nil // torchrun's default for a script
+	default:
+		return slices.Clone(cmd), nil
+	}
 }
 
 func splitEndpoint(s string) (string, int, error) {

@@ -45,121 +45,40 @@ func (j *job) join(ctx context.Context) (*nodes, error) {
 	}
 }
 
+// joinAttempt is one try of join: ctx is Run's, rctx bounds the
+// rendezvous, addr is the store's.
+type joinAttempt struct {
+	j         *job
+	ctx, rctx context.Context
+	addr      string
+}
+
+// timedOut reports whether err came from the rendezvous timeout rather
+// than from Run's context.
+func (a *joinAttempt) timedOut(err error) bool {
+	return err != nil && a.ctx.Err() == nil && a.rctx.Err() != nil
+}
+
+// joinOnce dials the store, settles this node's rank and the attempt's
+// nodes, waits for them, and starts the heartbeat.
 func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
-	// Long on purpose: one join attempt's steps (dial, node rank, rendezvous, heartbeat) under one cleanup.
-	c := &j.cfg
-	addr := j.storeAddr
+	a := &joinAttempt{j: j, ctx: ctx, rctx: rctx, addr: j.storeAddr}
 	if j.server != nil {
-		addr = dialable(j.server.Addr())
+		a.addr = dialable(j.server.Addr())
 	}
-	timedOut := func(err error) bool {
-		return err != nil && ctx.Err() == nil && rctx.Err() != nil
-	}
-	var cl *store.Client
-	err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
-		stop := notice(ctx, func(waited time.Duration) {
-			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for node 0's store at %s (%v of the %v rendezvous timeout)\n",
-				c.NodeRank, addr, waited.Round(time.Second), c.RdzvTimeout)
-		})
-		defer stop()
-		var err error
-		cl, err = store.Dial(ctx, addr, j.token)
-		return err
-	})
+	cl, err := a.dial()
 	if err != nil {
-		if cl != nil {
-			cl.Close()
-		}
-		if timedOut(err) {
-			return nil, &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, Missing: []int{0},
-				NprocPerNode: c.NprocPerNode, Store: addr, Reason: "node 0's store never answered"}
-		}
-		var ie *InterruptedError
-		if errors.As(err, &ie) {
-			if ie.Err != nil && ctx.Err() == nil {
-				ie.Err = ctx.Err()
-			}
-			return nil, err
-		}
-		return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, addr, err)
+		return nil, err
 	}
-	prefix := j.prefix()
-	nnodes := c.Nnodes
-	switch {
-	case c.elastic():
-		var inner error // interruptible turns a timeout into an InterruptedError
-		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
-			if c.NodeRank == 0 {
-				// The attempt and the config first, so that a joining
-				// node can check them while the admission is open.
-				st := store.Prefix(cl, prefix)
-				if inner = j.publishConfig(ctx, cl, st); inner == nil {
-					nnodes, inner = j.admitNodes(ctx, st, addr)
-				}
-				return inner
-			}
-			if inner = j.syncAttempt(ctx, cl); inner == nil {
-				prefix = j.prefix()
-				nnodes, inner = j.takeTicket(ctx, store.Prefix(cl, prefix), addr)
-			}
-			return inner
-		})
-		if err != nil {
-			cl.Close()
-			var rt *RendezvousTimeoutError
-			if timedOut(err) && errors.As(inner, &rt) {
-				err = rt
-			} else if timedOut(err) {
-				reason := "node 0 never closed the rendezvous"
-				if c.NodeRank == 0 {
-					reason = fmt.Sprintf("the last call of %v outlasted it", c.LastCallTimeout)
-				}
-				err = &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr, Reason: reason}
-			}
-			return nil, err
-		}
-	case c.NodeRank < 0: // torchrun's c10d without --node-rank: join order
-		err := interruptible(rctx, c.Signals, nil, func(ctx context.Context) error {
-			v, err := store.Prefix(cl, prefix).Add(ctx, "next_node", 1)
-			if err == nil && v >= int64(c.Nnodes) {
-				err = fmt.Errorf("launch: %w: more nodes joined than Nnodes (--nnodes)=%d", ErrInvalidConfig, c.Nnodes)
-			}
-			if err == nil {
-				c.NodeRank = int(v)
-			}
-			return err
-		})
-		if err != nil {
-			cl.Close()
-			if timedOut(err) {
-				err = &RendezvousTimeoutError{Node: -1, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: addr, Reason: "no node rank was assigned"}
-			}
-			return nil, err
-		}
+	prefix, nnodes, err := a.admit(cl)
+	if err != nil {
+		cl.Close()
+		return nil, err
 	}
+	c := &j.cfg
 	j.nnodes, j.world = nnodes, nnodes*c.NprocPerNode
-	nd := newNodes(cl, addr, prefix, c.NodeRank, nnodes, c.NprocPerNode, c.MonitorInterval)
-	err = interruptible(rctx, c.Signals, nd.events, func(ctx context.Context) error {
-		stopTell := nd.tellWaiting(ctx, c)
-		defer stopTell()
-		return nd.rendezvous(ctx, j)
-	})
-	if err != nil {
-		var ie *InterruptedError
-		switch {
-		case timedOut(err):
-			err = nd.timeoutError(c, addr)
-		case j.attempt > 0 && c.NodeRank != 0 && !errors.Is(err, ErrInvalidConfig) && !errors.As(err, &ie):
-			// Probably node 0's previous store closing: join will retry.
-			close(nd.beatDone)
-			nd.close()
-			return nil, err
-		}
-		if other := nd.publish(abortRecord{Node: c.NodeRank, Reason: err.Error()}); other != nil {
-			err = other
-		}
-		close(nd.beatDone) // never started
-		nd.close()
+	nd := newNodes(cl, a.addr, prefix, c.NodeRank, nnodes, c.NprocPerNode, c.MonitorInterval)
+	if err := a.rendezvous(nd); err != nil {
 		return nil, err
 	}
 	bctx, bcancel := context.WithCancel(context.Background())
@@ -167,6 +86,142 @@ func (j *job) joinOnce(ctx, rctx context.Context) (*nodes, error) {
 	stopWatch := nd.stopWatch
 	nd.stopWatch = func() { bcancel(); stopWatch() }
 	return nd, nil
+}
+
+// dial connects to the store, saying now and then that it waits.
+func (a *joinAttempt) dial() (*store.Client, error) {
+	c := &a.j.cfg
+	var cl *store.Client
+	err := interruptible(a.rctx, c.Signals, nil, func(ctx context.Context) error {
+		stop := notice(ctx, func(waited time.Duration) {
+			fmt.Fprintf(c.Stderr, "detcoll launch: node %d: waiting for node 0's store at %s (%v of the %v rendezvous timeout)\n",
+				c.NodeRank, a.addr, waited.Round(time.Second), c.RdzvTimeout)
+		})
+		defer stop()
+		var err error
+		cl, err = store.Dial(ctx, a.addr, a.j.token)
+		return err
+	})
+	if err == nil {
+		return cl, nil
+	}
+	if cl != nil {
+		cl.Close()
+	}
+	if a.timedOut(err) {
+		return nil, &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, Missing: []int{0},
+			NprocPerNode: c.NprocPerNode, Store: a.addr, Reason: "node 0's store never answered"}
+	}
+	var ie *InterruptedError
+	if errors.As(err, &ie) {
+		if ie.Err != nil && a.ctx.Err() == nil {
+			ie.Err = a.ctx.Err()
+		}
+		return nil, err
+	}
+	return nil, fmt.Errorf("launch: node %d: reaching the store at %s: %w", c.NodeRank, a.addr, err)
+}
+
+// admit settles the attempt's store prefix and node count, and this
+// node's rank when the join order assigns it.
+func (a *joinAttempt) admit(cl *store.Client) (prefix string, nnodes int, err error) {
+	c := &a.j.cfg
+	switch {
+	case c.elastic():
+		return a.admitElastic(cl)
+	case c.NodeRank < 0: // torchrun's c10d without --node-rank: join order
+		return a.j.prefix(), c.Nnodes, a.takeNodeRank(cl)
+	}
+	return a.j.prefix(), c.Nnodes, nil
+}
+
+// admitElastic runs an elastic job's admission: node 0 opens it and
+// admits the nodes that come; the others take a ticket.
+func (a *joinAttempt) admitElastic(cl *store.Client) (string, int, error) {
+	j, c := a.j, &a.j.cfg
+	prefix := j.prefix()
+	nnodes := c.Nnodes
+	var inner error // interruptible turns a timeout into an InterruptedError
+	err := interruptible(a.rctx, c.Signals, nil, func(ctx context.Context) error {
+		if c.NodeRank == 0 {
+			// The attempt and the config first, so that a joining
+			// node can check them while the admission is open.
+			st := store.Prefix(cl, prefix)
+			if inner = j.publishConfig(ctx, cl, st); inner == nil {
+				nnodes, inner = j.admitNodes(ctx, st, a.addr)
+			}
+			return inner
+		}
+		if inner = j.syncAttempt(ctx, cl); inner == nil {
+			prefix = j.prefix()
+			nnodes, inner = j.takeTicket(ctx, store.Prefix(cl, prefix), a.addr)
+		}
+		return inner
+	})
+	if err == nil {
+		return prefix, nnodes, nil
+	}
+	var rt *RendezvousTimeoutError
+	if a.timedOut(err) && errors.As(inner, &rt) {
+		err = rt
+	} else if a.timedOut(err) {
+		reason := "node 0 never closed the rendezvous"
+		if c.NodeRank == 0 {
+			reason = fmt.Sprintf("the last call of %v outlasted it", c.LastCallTimeout)
+		}
+		err = &RendezvousTimeoutError{Node: c.NodeRank, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: a.addr, Reason: reason}
+	}
+	return "", 0, err
+}
+
+// takeNodeRank assigns this node the next rank in join order.
+func (a *joinAttempt) takeNodeRank(cl *store.Client) error {
+	c := &a.j.cfg
+	prefix := a.j.prefix()
+	err := interruptible(a.rctx, c.Signals, nil, func(ctx context.Context) error {
+		v, err := store.Prefix(cl, prefix).Add(ctx, "next_node", 1)
+		if err == nil && v >= int64(c.Nnodes) {
+			err = fmt.Errorf("launch: %w: more nodes joined than Nnodes (--nnodes)=%d", ErrInvalidConfig, c.Nnodes)
+		}
+		if err == nil {
+			c.NodeRank = int(v)
+		}
+		return err
+	})
+	if a.timedOut(err) {
+		err = &RendezvousTimeoutError{Node: -1, Timeout: c.RdzvTimeout, NprocPerNode: c.NprocPerNode, Store: a.addr, Reason: "no node rank was assigned"}
+	}
+	return err
+}
+
+// rendezvous waits for every node of nd; on failure it closes nd and, unless
+// join will retry, tells the other nodes why.
+func (a *joinAttempt) rendezvous(nd *nodes) error {
+	j, c := a.j, &a.j.cfg
+	err := interruptible(a.rctx, c.Signals, nd.events, func(ctx context.Context) error {
+		stopTell := nd.tellWaiting(ctx, c)
+		defer stopTell()
+		return nd.rendezvous(ctx, j)
+	})
+	if err == nil {
+		return nil
+	}
+	var ie *InterruptedError
+	switch {
+	case a.timedOut(err):
+		err = nd.timeoutError(c, a.addr)
+	case j.attempt > 0 && c.NodeRank != 0 && !errors.Is(err, ErrInvalidConfig) && !errors.As(err, &ie):
+		// Probably node 0's previous store closing: join will retry.
+		close(nd.beatDone)
+		nd.close()
+		return err
+	}
+	if other := nd.publish(abortRecord{Node: c.NodeRank, Reason: err.Error()}); other != nil {
+		err = other
+	}
+	close(nd.beatDone) // never started
+	nd.close()
+	return err
 }
 
 // Waiting for nodes is reported after waitNotice, then every waitRepeat.

@@ -13,14 +13,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/cluster"
 	"github.com/detcoll/detcoll/launch"
-	"github.com/detcoll/detcoll/transport/tcp"
 )
 
 // BenchOptions is `detcoll bench`.
@@ -166,76 +163,21 @@ type validated struct {
 // or variable of the first bad one (a *UsageError, exit status 2) or the
 // resource that is missing. It fills defaults (Format, Timeout).
 func ValidateBench(o *BenchOptions) (validated, error) {
-	// Long on purpose: a flat list of checks in flag order, the first failure wins.
+	// The checks run in flag order: the first failure wins.
 	var v validated
 	dev, err := ResolveDevice(o.Device)
 	if err != nil {
 		return v, err
 	}
 	v.dev = dev
-	cfg := &o.Config
-	if o.Format == "" {
-		o.Format = "table"
-	}
-	if o.Format != "table" && o.Format != "nccl-tests" {
-		return v, Usagef("--format", "%q is not table or nccl-tests", o.Format)
-	}
-	cfg.InPlace = cfg.InPlace || o.Format == "nccl-tests" // its in-place columns
-	if o.Timeout == 0 {
-		o.Timeout = 5 * time.Minute
-	}
-	if o.Timeout < 0 {
-		return v, Usagef("--timeout", "%v is not positive", o.Timeout)
-	}
-	cfg.Timeout = o.Timeout
-	if o.InitTimeout < 0 {
-		return v, Usagef("--init-timeout", "%v is not positive", o.InitTimeout)
-	}
-	if o.InitTimeout == 0 {
-		o.InitTimeout = min(2*time.Minute, max(o.Timeout, 30*time.Second))
-	}
-	switch {
-	case cfg.Warmup < 0:
-		return v, Usagef("--warmup", "%d: want ≥ 0", cfg.Warmup)
-	case cfg.Iterations < 1:
-		return v, Usagef("--iterations", "%d: want ≥ 1", cfg.Iterations)
-	case cfg.Samples < 1:
-		return v, Usagef("--samples", "%d: want ≥ 1", cfg.Samples)
-	case o.NprocPerNode < 1:
-		return v, Usagef("--nproc-per-node", "%d: want ≥ 1", o.NprocPerNode)
-	case cfg.Graph && dev == "cpu":
-		return v, Usagef("--graph", "CUDA graphs need a GPU device; --device resolved to cpu")
-	case !cfg.DType.Valid():
-		return v, Usagef("--dtype", "%v is not bf16, fp16, fp32 or fp64", cfg.DType)
-	}
-	sz := cfg.DType.Size()
-	for _, s := range cfg.SizesBytes {
-		if s <= 0 {
-			return v, Usagef("--size-bytes", "%d is not positive", s)
-		}
-		if s%sz != 0 {
-			return v, Usagef("--size-bytes", "%d is not a whole number of %v elements (%d bytes each): use %d or %d", s, cfg.DType, sz, s/sz*sz, (s/sz+1)*sz)
-		}
-	}
-	for _, a := range cfg.Algorithms {
-		if !a.Valid() {
-			return v, Usagef("--algorithms", "unknown algorithm %v", a)
-		}
-	}
-	if err := checkWritable("--output", o.Output, ".json"); err != nil {
+	if err := checkFormatAndTimeouts(o); err != nil {
 		return v, err
 	}
-	if o.Plot != "" {
-		ext := strings.ToLower(filepath.Ext(o.Plot))
-		if ext != ".svg" && ext != ".png" {
-			return v, Usagef("--plot", "%s: want a .svg or .png file", o.Plot)
-		}
-		if err := checkWritable("--plot", o.Plot, ext); err != nil {
-			return v, err
-		}
-		if err := checkWritable("--plot", bench.BandwidthPlotPath(o.Plot), ext); err != nil {
-			return v, err
-		}
+	if err := checkCases(o, dev); err != nil {
+		return v, err
+	}
+	if err := checkOutputs(o); err != nil {
+		return v, err
 	}
 	if o.Peer != "" {
 		p, err := bench.ReadPeer(o.Peer)
@@ -244,21 +186,107 @@ func ValidateBench(o *BenchOptions) (validated, error) {
 		}
 		v.peer = p
 	}
+	if err := checkWorld(o, v.peer); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// checkFormatAndTimeouts checks --format, --timeout and --init-timeout,
+// filling their defaults.
+func checkFormatAndTimeouts(o *BenchOptions) error {
+	cfg := &o.Config
+	if o.Format == "" {
+		o.Format = "table"
+	}
+	if o.Format != "table" && o.Format != "nccl-tests" {
+		return Usagef("--format", "%q is not table or nccl-tests", o.Format)
+	}
+	cfg.InPlace = cfg.InPlace || o.Format == "nccl-tests" // its in-place columns
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Minute
+	}
+	if o.Timeout < 0 {
+		return Usagef("--timeout", "%v is not positive", o.Timeout)
+	}
+	cfg.Timeout = o.Timeout
+	if o.InitTimeout < 0 {
+		return Usagef("--init-timeout", "%v is not positive", o.InitTimeout)
+	}
+	if o.InitTimeout == 0 {
+		o.InitTimeout = min(2*time.Minute, max(o.Timeout, 30*time.Second))
+	}
+	return nil
+}
+
+// checkCases checks what the cases are: counts, ranks, dtype, sizes and
+// algorithms, for device dev.
+func checkCases(o *BenchOptions, dev string) error {
+	cfg := &o.Config
+	switch {
+	case cfg.Warmup < 0:
+		return Usagef("--warmup", "%d: want ≥ 0", cfg.Warmup)
+	case cfg.Iterations < 1:
+		return Usagef("--iterations", "%d: want ≥ 1", cfg.Iterations)
+	case cfg.Samples < 1:
+		return Usagef("--samples", "%d: want ≥ 1", cfg.Samples)
+	case o.NprocPerNode < 1:
+		return Usagef("--nproc-per-node", "%d: want ≥ 1", o.NprocPerNode)
+	case cfg.Graph && dev == "cpu":
+		return Usagef("--graph", "CUDA graphs need a GPU device; --device resolved to cpu")
+	case !cfg.DType.Valid():
+		return Usagef("--dtype", "%v is not bf16, fp16, fp32 or fp64", cfg.DType)
+	}
+	sz := cfg.DType.Size()
+	for _, s := range cfg.SizesBytes {
+		if s <= 0 {
+			return Usagef("--size-bytes", "%d is not positive", s)
+		}
+		if s%sz != 0 {
+			return Usagef("--size-bytes", "%d is not a whole number of %v elements (%d bytes each): use %d or %d", s, cfg.DType, sz, s/sz*sz, (s/sz+1)*sz)
+		}
+	}
+	for _, a := range cfg.Algorithms {
+		if !a.Valid() {
+			return Usagef("--algorithms", "unknown algorithm %v", a)
+		}
+	}
+	return nil
+}
+
+// checkOutputs checks that the --output and --plot files can be written.
+func checkOutputs(o *BenchOptions) error {
+	if err := checkWritable("--output", o.Output, ".json"); err != nil {
+		return err
+	}
+	if o.Plot == "" {
+		return nil
+	}
+	ext := strings.ToLower(filepath.Ext(o.Plot))
+	if ext != ".svg" && ext != ".png" {
+		return Usagef("--plot", "%s: want a .svg or .png file", o.Plot)
+	}
+	if err := checkWritable("--plot", o.Plot, ext); err != nil {
+		return err
+	}
+	return checkWritable("--plot", bench.BandwidthPlotPath(o.Plot), ext)
+}
+
+// checkWorld checks the run's world size against the peer's figures (peer
+// may be nil) and its buffers against this node's memory.
+func checkWorld(o *BenchOptions, peer *bench.Peer) error {
 	w, local := o.NprocPerNode, o.NprocPerNode
 	if Launched(o.Getenv) {
 		env, err := launch.FromEnv(o.Getenv)
 		if err != nil {
-			return v, err
+			return err
 		}
 		w, local = env.WorldSize, max(env.LocalWorldSize, 1)
 	}
-	if v.peer != nil && v.peer.WorldSize != 0 && v.peer.WorldSize != w {
-		return v, Usagef("--peer", "%s has world_size %d, this run has %d ranks", o.Peer, v.peer.WorldSize, w)
+	if peer != nil && peer.WorldSize != 0 && peer.WorldSize != w {
+		return Usagef("--peer", "%s has world_size %d, this run has %d ranks", o.Peer, peer.WorldSize, w)
 	}
-	if err := checkMemory(*cfg, w, local); err != nil {
-		return v, err
-	}
-	return v, nil
+	return checkMemory(o.Config, w, local)
 }
 
 // checkWritable fails when path's directory does not exist or cannot take
@@ -368,190 +396,3 @@ func (e ReportedError) Unwrap() error { return e.Err }
 
 // ExitCode keeps the wrapped error's status.
 func (e ReportedError) ExitCode() int { return quietError{e.Err}.ExitCode() }
-
-// runRank is one rank of the benchmark.
-func runRank(ctx context.Context, o BenchOptions, v validated) (err error) {
-	// Long on purpose: one rank's run from start to report; the steps share the job, backend and printer.
-	dev := v.dev
-	fault, err := parseFault(o.Getenv(envFault))
-	if err != nil {
-		return err
-	}
-	arm := new(atomic.Bool) // the detcoll phase has begun (fault injection)
-	jctx, cancel := context.WithTimeout(ctx, o.InitTimeout)
-	if fault.phase != "" {
-		env, err := launch.FromEnv(o.Getenv)
-		if err != nil {
-			cancel()
-			return err
-		}
-		if err := rendezvousFault(jctx, fault, env); err != nil {
-			cancel()
-			return fmt.Errorf("bench: mesh set-up (timeout %v): %w", o.InitTimeout, err)
-		}
-		fault = fault.mine(env.Rank)
-	}
-	job, err := cluster.Init(jctx, cluster.Options{Getenv: o.Getenv, CommOptions: []detcoll.CommOption{detcoll.WithTimeout(o.Timeout)},
-		WrapTransport: wrapFault(fault, arm)})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("bench: mesh set-up (timeout %v): %w", o.InitTimeout, err)
-	}
-	defer func() {
-		// Say why first, then close: Close may wait on the peers.
-		if err != nil && o.Report != nil {
-			o.Report(err)
-			err = ReportedError{err}
-		}
-		job.Close()
-	}()
-	rank, w := job.Comm.Rank(), job.Comm.Size()
-
-	pctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	nodes, err := CountNodes(pctx, job.Comm, o.Getenv)
-	cancel()
-	if err != nil {
-		return err
-	}
-	o.Config.Nodes = nodes
-	newBackend := Backends[dev]
-	backend, err := newBackend(ctx, job)
-	if err != nil {
-		return err
-	}
-	if fault.at("native") || fault.at("detcoll") {
-		backend = faultBackend{Backend: backend, f: fault, arm: arm}
-	}
-	// Raw loopback TCP throughput, measured in the same run so the
-	// collectives' bandwidth has a reference (rank 0, before the rows).
-	var raw, rawA2A float64
-	if dev == "cpu" {
-		if w > 1 {
-			// Plain TCP among the same processes on the same cores, all at
-			// once: the ceiling a collective's bus bandwidth compares with.
-			largest := 0
-			for _, s := range o.Config.SizesBytes {
-				largest = max(largest, s)
-			}
-			per := min(max(2*largest/w, 1<<20), 64<<20)
-			ropt := bench.RawOptions{Host: o.Getenv(tcp.EnvHost)}
-			if fault.at("raw") {
-				ropt.OnConnected = fault.fire
-			}
-			rctx, cancel := context.WithTimeout(ctx, o.Timeout)
-			mine, err := bench.RawAllToAll(rctx, job.Store, "detcoll/bench/raw", rank, w, per, ropt)
-			if err == nil {
-				rawA2A, err = slowest(rctx, job.Comm, mine)
-			}
-			cancel()
-			if err != nil {
-				return fmt.Errorf("bench: raw all-to-all throughput (timeout %v): %w", o.Timeout, err)
-			}
-		}
-		// After the all-to-all, which every rank enters at once: rank 0
-		// measuring first would eat into the others' timeout.
-		if rank == 0 {
-			raw, _ = tcp.RawLoopbackThroughput(64<<20, 500*time.Millisecond)
-		}
-	}
-	var prog progressSink = nopProgress{}
-	if rank == 0 {
-		if o.Getenv(envProgress) == "1" {
-			prog = protocolProgress{o.Stderr}
-		} else {
-			prog = &plainProgress{w: o.Stderr, bar: o.Getenv(launch.EnvConsoleTTY) == "1"}
-		}
-	}
-	out := io.Discard
-	if rank == 0 {
-		out = o.Stdout
-	}
-	printer := bench.NewRowPrinter(out, o.Format)
-	cfg := o.Config
-	total := 0
-	cfg.OnStart = func(rep *bench.Report) {
-		if v.peer != nil {
-			rep.SetPeer(v.peer, o.Peer)
-		}
-		printer.Header(rep)
-	}
-	cfg.OnRow = func(rep *bench.Report, row bench.Row) {
-		if v.peer != nil {
-			row = v.peer.Apply(row)
-			rep.Rows[len(rep.Rows)-1] = row
-		}
-		printer.Row(rep, row)
-	}
-	rep, err := bench.Run(ctx, job.Comm, backend, cfg, func(done, t int) {
-		total = t
-		prog.update(done, total)
-	})
-	prog.finish()
-	if err != nil {
-		return err
-	}
-	if rank != 0 {
-		return nil
-	}
-	if x, ok := backend.(interface{ ReportExtra() map[string]any }); ok {
-		for k, v := range x.ReportExtra() {
-			if rep.Extra == nil {
-				rep.Extra = map[string]any{}
-			}
-			rep.Extra[k] = v
-		}
-	}
-	if raw > 0 || rawA2A > 0 {
-		if rep.Extra == nil {
-			rep.Extra = map[string]any{}
-		}
-		rep.Extra["raw_loopback_gbps"] = raw / 1e9
-		rep.Extra["raw_alltoall_per_rank_gbps"] = rawA2A / 1e9
-	}
-	printer.Footer(rep)
-	if raw > 0 {
-		fmt.Fprintf(o.Stdout, "raw loopback TCP throughput (one stream, same run): %.2f GB/s\n", raw/1e9)
-	}
-	if rawA2A > 0 {
-		fmt.Fprintf(o.Stdout, "raw TCP all-to-all among the %d ranks (bytes each rank receives per second, slowest rank, same run): %.2f GB/s\n", w, rawA2A/1e9)
-	}
-	if o.Output != "" {
-		if err := rep.WriteJSON(o.Output); err != nil {
-			return err
-		}
-		fmt.Fprintf(o.Stdout, "report: %s\n", o.Output)
-	}
-	if o.Plot != "" {
-		if err := rep.Plot(o.Plot); err != nil {
-			return err
-		}
-		bw := bench.BandwidthPlotPath(o.Plot)
-		if err := rep.PlotBandwidth(bw); err != nil {
-			return err
-		}
-		fmt.Fprintf(o.Stdout, "plots: %s (latency), %s (bandwidth)\n", o.Plot, bw)
-	}
-	if !rep.AllRankRepeatBitwise {
-		return fmt.Errorf("bench: a row was not bitwise stable across repeats and ranks")
-	}
-	for _, r := range rep.Rows {
-		if !r.OracleBitwise {
-			return fmt.Errorf("bench: %s %s %s at %d bytes differs from the host oracle", r.Operation, r.DType, r.Algorithm, r.InputBytes)
-		}
-	}
-	return nil
-}
-
-// slowest returns the smallest of every rank's v (the slowest rank's rate).
-func slowest(ctx context.Context, c *detcoll.Comm, v float64) (float64, error) {
-	all := make([]float64, c.Size())
-	mine := []float64{v}
-	if err := c.AllGather(ctx, detcoll.Float64Bytes(mine), detcoll.Float64Bytes(all), detcoll.FP64); err != nil {
-		return 0, err
-	}
-	m := all[0]
-	for _, x := range all[1:] {
-		m = min(m, x)
-	}
-	return m, nil
-}
