@@ -138,7 +138,7 @@ func (t *Transport) Publish(ctx context.Context, tag transport.Tag) ([][]byte, e
 		return nil, t.fail(op, p, err)
 	}
 	if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwPub)).Load() >= k },
-		func(p int) error { return t.messageWaiting(p, tag) }); err != nil {
+		func(p int) error { return t.messageWaiting(p, tag, k) }); err != nil {
 		return fail(p, err)
 	}
 	views := w.views[slot]
@@ -249,10 +249,13 @@ func (t *Transport) publishedAhead(peer int, want transport.Tag, ready func() bo
 	return &transport.TagError{Got: t.pubTag(peer, int(k%winSlots)), Want: want}
 }
 
-// messageWaiting is the check of a Publish waiting for peer.
-func (t *Transport) messageWaiting(peer int, want transport.Tag) error {
+// messageWaiting is the check of a Publish of k waiting for peer. The
+// peer's publication is re-read after its message is seen: a peer that
+// published k, finished the step and sent the first message of the next
+// one between this rank's readiness test and this check is not ahead.
+func (t *Transport) messageWaiting(peer int, want transport.Tag, k uint64) error {
 	r := t.in[peer]
-	if r.head.Load()-r.pos < hdrBytes {
+	if r.head.Load()-r.pos < hdrBytes || t.seg.u64(t.winWord(peer, rwPub)).Load() >= k {
 		return nil
 	}
 	var h [hdrBytes]byte

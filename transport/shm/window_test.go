@@ -96,6 +96,44 @@ func TestWindowTagMismatch(t *testing.T) {
 	}
 }
 
+// TestWindowPeerAheadAfterPublishing: a peer that has published k and
+// already sent the first message of its next step is not a mismatch for a
+// rank still waiting in Publish of k (it saw the peer unpublished, then the
+// message: the race CI caught as "message tag mismatch" in TestCHost), but
+// a message from a peer that has not published k is.
+func TestWindowPeerAheadAfterPublishing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winahead"), 2, Options{})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	tag := transport.Tag{Phase: 2, Seq: 17, Sig: 7}
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		if _, err := tr.Stage(ctx, 4); err != nil {
+			return err
+		}
+		_, err := tr.Publish(ctx, tag)
+		tr.Release()
+		return err
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	next := transport.Tag{Phase: 1, Seq: 18}
+	if err := ts[1].Send(ctx, 0, next, []byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts[0].messageWaiting(1, tag, 1); err != nil {
+		t.Fatalf("peer published 1 and moved on: %v", err)
+	}
+	var te *transport.TagError
+	if err := ts[0].messageWaiting(1, tag, 2); !errors.As(err, &te) || te.Got != next {
+		t.Fatalf("peer sent a message before publishing 2: %v, want a TagError with %v", err, next)
+	}
+}
+
 // TestWindowMisuse: sizes beyond the slot, Stage twice, Publish without
 // Stage, too many unreleased publications and a group of one are errors.
 func TestWindowMisuse(t *testing.T) {
