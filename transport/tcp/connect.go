@@ -27,6 +27,61 @@ type Rendezvous interface {
 // is empty.
 const EnvHost = "DETCOLL_TCP_HOST"
 
+// EnvChecksum names the environment variable that selects ChecksumAlways
+// ("always") when Options.Checksum is ChecksumAuto; "auto" and empty keep
+// ChecksumAuto, anything else fails Connect.
+const EnvChecksum = "DETCOLL_TCP_CHECKSUM"
+
+// Checksum says which frames carry a CRC-32C of their payload.
+type Checksum int
+
+const (
+	// ChecksumAuto checksums the payload of every frame except on a
+	// loopback connection (both ends' addresses loopback), where the bytes
+	// go from one socket buffer to the other without crossing a wire, NIC
+	// or cable that could flip a bit; the payload checksum was a sixth of
+	// a large loopback transfer's CPU time (docs/benchmarks/tcp-loopback.md).
+	// Frame headers are always checksummed.
+	ChecksumAuto Checksum = iota
+	// ChecksumAlways checksums every payload, loopback too.
+	ChecksumAlways
+)
+
+func (c Checksum) String() string {
+	switch c {
+	case ChecksumAuto:
+		return "auto"
+	case ChecksumAlways:
+		return "always"
+	}
+	return fmt.Sprintf("Checksum(%d)", int(c))
+}
+
+// checksumMode resolves o.Checksum with $DETCOLL_TCP_CHECKSUM.
+func (o Options) checksumMode() (Checksum, error) {
+	switch {
+	case o.Checksum == ChecksumAlways:
+		return o.Checksum, nil
+	case o.Checksum != ChecksumAuto:
+		return 0, fmt.Errorf("tcp: invalid Options.Checksum %v", o.Checksum)
+	}
+	switch v := os.Getenv(EnvChecksum); v {
+	case "", "auto":
+		return ChecksumAuto, nil
+	case "always":
+		return ChecksumAlways, nil
+	default:
+		return 0, fmt.Errorf("tcp: %s=%q: want auto or always", EnvChecksum, v)
+	}
+}
+
+// loopback reports whether both ends of c are loopback addresses.
+func loopback(c *net.TCPConn) bool {
+	l, lok := c.LocalAddr().(*net.TCPAddr)
+	r, rok := c.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && l.IP.IsLoopback() && r.IP.IsLoopback()
+}
+
 // DefaultChunkSize is the default Options.ChunkSize.
 const DefaultChunkSize = 512 << 10
 
@@ -67,6 +122,12 @@ type Options struct {
 	// connection when positive. Zero keeps the operating system's default
 	// (and, on Linux, its buffer auto-tuning), which is usually best.
 	ReadBuffer, WriteBuffer int
+
+	// Checksum says whether the frames this rank sends carry a CRC-32C of
+	// their payload: ChecksumAuto (the zero value, or $DETCOLL_TCP_CHECKSUM
+	// = "always" for ChecksumAlways) leaves it out on loopback connections
+	// only. Receivers accept either, so ranks may differ.
+	Checksum Checksum
 }
 
 func (o Options) withDefaults() (Options, uint8) {
@@ -118,6 +179,11 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		return nil, fail(fmt.Errorf("tcp: invalid rank %d for a group of %d", rank, size))
 	}
 	opt, shift := opt.withDefaults()
+	sum, err := opt.checksumMode()
+	if err != nil {
+		return nil, fail(err)
+	}
+	opt.Checksum = sum
 	t := &Transport{
 		rank: rank, size: size, prefix: prefix, st: st, opt: opt, shift: shift,
 		peers:    make([]*peer, size),
@@ -140,6 +206,7 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	for i, c := range conns {
 		if i != rank {
 			t.peers[i] = newPeer(i, c)
+			t.peers[i].snd.noCRC = sum == ChecksumAuto && loopback(c)
 		}
 	}
 	return t, nil

@@ -126,7 +126,7 @@ func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, 
 		report(t.fail("send", peer, err))
 		return wg
 	}
-	encodeFrameHeader(&d.hdr, frameHeader{tag: tag, length: uint64(len(buf)), shift: t.shift, crc: crc32c(buf)})
+	encodeFrameHeader(&d.hdr, d.frame(tag, buf, t.shift))
 	n, err := d.tryWritev(d.hdr[:], buf)
 	switch {
 	case err != nil:

@@ -18,6 +18,8 @@ func FuzzFrameHeader(f *testing.F) {
 	f.Add(fb[:])
 	encodeFrameHeader(&fb, frameHeader{length: 1 << 20, shift: minChunkShift})
 	f.Add(fb[:])
+	encodeFrameHeader(&fb, frameHeader{tag: tg(3), length: 1 << 20, flags: flagNoPayloadCRC})
+	f.Add(fb[:])
 	var hb [helloLen]byte
 	encodeHello(&hb, hello{version: protocolVersion, kind: kindHello, group: prefixHash("g"), members: membersHash([]int{2, 0}), from: 1, to: 0, size: 2})
 	f.Add(hb[:])
@@ -41,6 +43,9 @@ func FuzzFrameHeader(f *testing.F) {
 			}
 			if h.shift != 0 && (h.shift < minChunkShift || h.shift > maxChunkShift) {
 				t.Fatalf("accepted chunk shift %d", h.shift)
+			}
+			if h.flags&^flagNoPayloadCRC != 0 || h.flags != 0 && (h.shift != 0 || h.crc != 0) {
+				t.Fatalf("accepted flags %#x with shift %d, crc %#x", h.flags, h.shift, h.crc)
 			}
 			if first := h.firstChunk(); first > h.length || (h.shift != 0 && first > 1<<h.shift) {
 				t.Fatalf("first chunk %d of %d (shift %d)", first, h.length, h.shift)

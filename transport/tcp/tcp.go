@@ -80,6 +80,7 @@ type direction struct {
 	nb    net.Buffers
 	br    *bufio.Reader // receiving direction: one read syscall brings a small frame's header and payload
 	iw    inlineWrite   // Exchange's non-blocking writev (sending direction)
+	noCRC bool          // sending direction: frames go without payload checksum (Options.Checksum)
 
 	// Sender's checksum helper (writeChunksParallel).
 	crcLoopFn func()
@@ -284,9 +285,27 @@ func (d *direction) crcLoop() {
 	}
 }
 
+// frame is the header of a frame of buf that is sent in one piece.
+func (d *direction) frame(tag transport.Tag, buf []byte, shift uint8) frameHeader {
+	h := frameHeader{tag: tag, length: uint64(len(buf))}
+	if d.noCRC {
+		h.flags = flagNoPayloadCRC
+	} else {
+		h.shift, h.crc = shift, crc32c(buf)
+	}
+	return h
+}
+
 func (d *direction) writeFrame(tag transport.Tag, buf []byte, shift uint8) (moved bool, err error) {
 	defer clear(d.bufs[:]) // do not keep the caller's buffer
 	n := len(buf)
+	if d.noCRC {
+		encodeFrameHeader(&d.hdr, d.frame(tag, buf, shift))
+		d.bufs[0], d.bufs[1] = d.hdr[:], buf
+		d.nb = d.bufs[:]
+		w, err := d.nb.WriteTo(d.c)
+		return w > 0, err
+	}
 	first := n
 	if shift != 0 && n > 1<<shift {
 		first = 1 << shift
@@ -429,6 +448,15 @@ func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err er
 	}
 	if h.length != uint64(len(buf)) {
 		return true, &protoError{fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, h.length, len(buf))}
+	}
+	if h.flags&flagNoPayloadCRC != 0 {
+		if _, err := io.ReadFull(d.br, buf); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // the header came: this is mid-frame
+			}
+			return true, err
+		}
+		return true, nil
 	}
 	first := int(h.firstChunk())
 	want := h.crc

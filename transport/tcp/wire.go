@@ -28,23 +28,29 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 //	 16   8 tag signature hash
 //	 24   8 payload length in bytes
 //	 32   1 chunk shift: 0 = the payload is one chunk; 12…30 = chunks of 1<<shift bytes
-//	 33   7 reserved, zero
+//	 33   1 flags: bit 0 = the payload carries no checksum (shift and CRC are 0)
+//	 34   6 reserved, zero
 //	 40   4 CRC-32C of the first chunk (of the whole payload when not chunked)
 //	 44   4 CRC-32C of bytes 0…43 of this header
 //
 // The payload follows: the first chunk, then for every further chunk its
-// 4-byte CRC-32C followed by its bytes. The last chunk may be short.
+// 4-byte CRC-32C followed by its bytes. The last chunk may be short. A
+// frame with flagNoPayloadCRC has its payload bytes alone after the header
+// (the sender's choice, see Options.Checksum); the header keeps its CRC.
 const (
 	frameHeaderLen = 48
 	frameMagic     = "dcF2"
 	minChunkShift  = 12
 	maxChunkShift  = 30
+
+	flagNoPayloadCRC = 1
 )
 
 type frameHeader struct {
 	tag    transport.Tag
 	length uint64
 	shift  uint8  // 0 or minChunkShift…maxChunkShift
+	flags  uint8  // flagNoPayloadCRC or 0
 	crc    uint32 // CRC-32C of the first chunk
 }
 
@@ -55,6 +61,7 @@ var (
 	errHeaderCRC   = errors.New("frame header checksum mismatch")
 	errReserved    = errors.New("reserved frame header bytes are not zero")
 	errChunkShift  = errors.New("invalid chunk shift")
+	errFlags       = errors.New("invalid frame flags")
 )
 
 // chunkLen is the length of the first chunk of a payload of n bytes.
@@ -72,7 +79,8 @@ func encodeFrameHeader(b *[frameHeaderLen]byte, h frameHeader) {
 	binary.LittleEndian.PutUint64(b[16:24], h.tag.Sig)
 	binary.LittleEndian.PutUint64(b[24:32], h.length)
 	b[32] = h.shift
-	clear(b[33:40])
+	b[33] = h.flags
+	clear(b[34:40])
 	binary.LittleEndian.PutUint32(b[40:44], h.crc)
 	binary.LittleEndian.PutUint32(b[44:48], crc32c(b[0:44]))
 }
@@ -90,7 +98,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	if got, want := crc32c(b[0:44]), binary.LittleEndian.Uint32(b[44:48]); got != want {
 		return frameHeader{}, fmt.Errorf("%w (%#08x, header says %#08x)", errHeaderCRC, got, want)
 	}
-	for _, x := range b[33:40] {
+	for _, x := range b[34:40] {
 		if x != 0 {
 			return frameHeader{}, errReserved
 		}
@@ -103,10 +111,14 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 		},
 		length: binary.LittleEndian.Uint64(b[24:32]),
 		shift:  b[32],
+		flags:  b[33],
 		crc:    binary.LittleEndian.Uint32(b[40:44]),
 	}
 	if h.shift != 0 && (h.shift < minChunkShift || h.shift > maxChunkShift) {
 		return frameHeader{}, fmt.Errorf("%w %d", errChunkShift, h.shift)
+	}
+	if h.flags&^flagNoPayloadCRC != 0 || h.flags != 0 && (h.shift != 0 || h.crc != 0) {
+		return frameHeader{}, fmt.Errorf("%w %#02x (chunk shift %d, payload CRC %#08x)", errFlags, h.flags, h.shift, h.crc)
 	}
 	return h, nil
 }
