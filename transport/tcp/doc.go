@@ -62,7 +62,7 @@
 // Every message is one frame: a 48-byte little-endian header
 //
 //	magic "dcF2" | tag phase uint32 | tag seq uint64 | tag sig uint64 | payload length uint64 | chunk shift uint8 |
-//	7 reserved zero bytes | CRC-32C of the first chunk | CRC-32C of the header
+//	flags uint8 | 6 reserved zero bytes | CRC-32C of the first chunk | CRC-32C of the header
 //
 // then the payload in chunks of 1<<shift bytes (one chunk when shift is 0),
 // every chunk after the first preceded by its own 4-byte CRC-32C. The sender
@@ -73,18 +73,27 @@
 // the sender's checksum helper (below) 95–100%. CRC-32C (Castagnoli) uses
 // the CPU's CRC instructions through hash/crc32.
 //
+// On a loopback connection (both ends' addresses loopback) the payload goes
+// without checksums by default (Options.Checksum, $DETCOLL_TCP_CHECKSUM):
+// flags bit 0 set, shift and CRC zero, the payload bytes alone after the
+// header. Nothing between two sockets of one kernel can flip a bit that a
+// CRC would catch and the CPU's memory copies would not, and the checksum
+// was a sixth of a large loopback transfer's CPU time
+// (docs/benchmarks/tcp-loopback.md). The header keeps its checksum, and a
+// receiver accepts either kind of frame from any sender.
+//
 // Send writes the header and each chunk with one writev (net.Buffers) on a
 // TCP_NODELAY socket; for frames of two chunks or more a helper goroutine,
 // started and joined within the call, computes the checksums ahead of the
 // writes. Recv reads through a 32 KiB buffer per peer, so a small frame's
 // header and payload arrive with one read syscall; it checks the header
-// (magic, header checksum, reserved bytes, chunk shift:
+// (magic, header checksum, reserved bytes, chunk shift, flags:
 // transport.ErrCorrupt), compares the tag and length with what the caller
 // expects (transport.ErrTagMismatch, transport.ErrSizeMismatch) before
 // touching the payload, then reads the payload into the caller's buffer
 // (reads of 32 KiB or more go straight there, bypassing the buffer),
 // checksumming each read's bytes while they are in cache, and verifies every
-// chunk (transport.ErrCorrupt).
+// chunk (transport.ErrCorrupt) of a frame that carries checksums.
 //
 // Exchange runs one collective step with every peer (a send to and a
 // receive from each) the way a goroutine per Send and Recv would, but
@@ -143,13 +152,14 @@
 // DETCOLL_TCP_HOST supplies Options.Host when that is empty; without either
 // the transport listens on and advertises 127.0.0.1, which only reaches
 // ranks on the same host. Set it to an address of this host that the other
-// hosts can reach.
+// hosts can reach. DETCOLL_TCP_CHECKSUM=always makes Options.Checksum
+// ChecksumAlways when it is ChecksumAuto (payload checksums on loopback too).
 //
 // # Security
 //
 // The token authenticates who connects; it does not encrypt or
-// integrity-protect the frames that follow (CRC-32C catches accidents, not
-// forgery), so an attacker on the path between two hosts can still read and
+// integrity-protect the frames that follow (CRC-32C, where a frame carries
+// it, catches accidents, not forgery), so an attacker on the path between two hosts can still read and
 // alter traffic. Use a trusted network, and a token whenever other users can
 // reach the listeners. docs/security.md has the whole picture.
 //
