@@ -8,8 +8,9 @@
 #   bash docs/benchmarks/peers/run.sh [OUTDIR]          # from the repository root
 #
 # Knobs (environment): ROUNDS (3), WORLDS ("2 4"), SMALL sizes ("4096 16384
-# 65536" bytes, ITERS_SMALL iterations per sample, 20), LARGE sizes
-# ("262144 1048576 4194304 16777216 67108864", ITERS_LARGE, 3), SAMPLES per
+# 65536" bytes, ITERS_SMALL iterations per sample, 20, after WARMUP_SMALL
+# warm-up iterations, 200), LARGE sizes ("262144 1048576 4194304 16777216
+# 67108864", ITERS_LARGE, 3, WARMUP_LARGE, 2), SAMPLES per
 # run (3), PEERS (all five), NAME (the stem of the committed files,
 # peers-cpu-<date>). Sizes are detcoll's input_bytes per rank (see
 # mpi_bench.c). The median, min and max of a row are over every sample of
@@ -24,6 +25,12 @@ WORLDS=${WORLDS:-"2 4"}
 SMALL=${SMALL:-"4096 16384 65536"}
 LARGE=${LARGE:-"262144 1048576 4194304 16777216 67108864"}
 ITERS_SMALL=${ITERS_SMALL:-20}
+# 200 warm-up iterations below 64 KiB, as the OSU micro-benchmarks skip
+# for small messages: with 2 the first samples of a row can fall in the
+# ms after the previous row, while the OS still runs both ranks on one
+# core (docs/shm.md, "Placement after a pause"), for every peer alike.
+WARMUP_SMALL=${WARMUP_SMALL:-200}
+WARMUP_LARGE=${WARMUP_LARGE:-2}
 ITERS_LARGE=${ITERS_LARGE:-3}
 SAMPLES=${SAMPLES:-3}
 PEERS=${PEERS:-"detcoll_shm detcoll_tcp mpi_shm mpi_tcp gloo"}
@@ -43,15 +50,15 @@ MPIOPT=(--oversubscribe --bind-to none)
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) logical cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
 	echo "go: $(go version | cut -d' ' -f3); open mpi: $(mpirun --version | head -1 | awk '{print $NF}'); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_LARGE=$ITERS_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
+	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_LARGE=$ITERS_LARGE WARMUP_SMALL=$WARMUP_SMALL WARMUP_LARGE=$WARMUP_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
 	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/meta.txt"
 cat "$OUT/meta.txt"
 
 port=29600
-run_peer() { # peer W group iters sizes...
-	local peer=$1 w=$2 group=$3 iters=$4
-	shift 4
+run_peer() { # peer W group iters warmup sizes...
+	local peer=$1 w=$2 group=$3 iters=$4 warmup=$5
+	shift 5
 	local sizes_csv
 	sizes_csv=$(echo "$@" | tr ' ' ',')
 	local tag="$peer-w$w-$group-r$round"
@@ -60,7 +67,7 @@ run_peer() { # peer W group iters sizes...
 		for dt in fp32 bf16; do
 			DETCOLL_TRANSPORT=${peer#detcoll_} timeout 1200 "$OUT/detcoll" bench --device cpu --nproc-per-node "$w" \
 				--dtype "$dt" --algorithms auto --size-bytes "$sizes_csv" --iterations "$iters" --samples "$SAMPLES" \
-				--warmup 2 --output "$OUT/raw/$tag-$dt.detcoll.json" >"$OUT/raw/$tag-$dt.log" 2>&1 ||
+				--warmup "$warmup" --output "$OUT/raw/$tag-$dt.detcoll.json" >"$OUT/raw/$tag-$dt.log" 2>&1 ||
 				echo "!! $tag $dt failed (see $OUT/raw/$tag-$dt.log)"
 		done
 		;;
@@ -68,7 +75,7 @@ run_peer() { # peer W group iters sizes...
 		local btl=self,vader
 		[ "$peer" = mpi_tcp ] && btl=self,tcp
 		timeout 1200 "${MPIRUN[@]}" "$w" "${MPIOPT[@]}" --mca btl "$btl" "$OUT/mpi_bench" -n "$peer" \
-			-i "$iters" -s "$SAMPLES" -w 2 "$@" >"$OUT/raw/$tag.jsonl" 2>"$OUT/raw/$tag.log" ||
+			-i "$iters" -s "$SAMPLES" -w "$warmup" "$@" >"$OUT/raw/$tag.jsonl" 2>"$OUT/raw/$tag.log" ||
 			echo "!! $tag failed (see $OUT/raw/$tag.log)"
 		;;
 	gloo)
@@ -77,7 +84,7 @@ run_peer() { # peer W group iters sizes...
 		for ((r = 0; r < w; r++)); do
 			RANK=$r WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
 				timeout 1200 $PY docs/benchmarks/peers/gloo_bench.py --name gloo --iters "$iters" \
-				--samples "$SAMPLES" --warmup 2 "$@" >"$OUT/raw/$tag.rank$r.jsonl" 2>"$OUT/raw/$tag.rank$r.log" &
+				--samples "$SAMPLES" --warmup "$warmup" "$@" >"$OUT/raw/$tag.rank$r.jsonl" 2>"$OUT/raw/$tag.rank$r.log" &
 			pids+=($!)
 		done
 		for p in "${pids[@]}"; do wait "$p" || echo "!! $tag failed (see $OUT/raw/$tag.rank*.log)"; done
@@ -96,8 +103,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		for ((k = 0; k < n; k++)); do
 			peer=${peers[$(((k + round) % n))]}
 			echo "== round $round W=$w $peer ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
-			run_peer "$peer" "$w" small "$ITERS_SMALL" $SMALL
-			run_peer "$peer" "$w" large "$ITERS_LARGE" $LARGE
+			run_peer "$peer" "$w" small "$ITERS_SMALL" "$WARMUP_SMALL" $SMALL
+			run_peer "$peer" "$w" large "$ITERS_LARGE" "$WARMUP_LARGE" $LARGE
 		done
 	done
 done
