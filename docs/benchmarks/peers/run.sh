@@ -36,14 +36,8 @@ SAMPLES=${SAMPLES:-3}
 PEERS=${PEERS:-"detcoll_shm detcoll_tcp mpi_shm mpi_tcp gloo"}
 NAME=${NAME:-peers-cpu-$DATE}
 PY=/usr/bin/python3
-export GOFLAGS=-buildvcs=false
 
-mkdir -p "$OUT/raw"
-go build -o "$OUT/detcoll" ./cmd/detcoll
-mpicc -O2 -o "$OUT/mpi_bench" docs/benchmarks/peers/mpi_bench.c
-MPIRUN=(mpirun -np)
-if [ "$(id -u)" = 0 ]; then MPIRUN=(mpirun --allow-run-as-root -np); fi
-MPIOPT=(--oversubscribe --bind-to none)
+. docs/benchmarks/peers/build.sh
 
 {
 	echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!docs/benchmarks' || echo ' (+ uncommitted changes)')"

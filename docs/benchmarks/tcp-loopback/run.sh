@@ -16,12 +16,7 @@ WORLDS=${WORLDS:-"2 4"}
 SIZES=${SIZES:-"4096 65536 1048576 4194304 16777216 67108864"}
 ITERS=${ITERS:-5}
 SAMPLES=${SAMPLES:-3}
-export GOFLAGS=-buildvcs=false
-mkdir -p "$OUT/raw"
-go build -o "$OUT/detcoll" ./cmd/detcoll
-mpicc -O2 -o "$OUT/mpi_bench" docs/benchmarks/peers/mpi_bench.c
-MPIRUN=(mpirun -np)
-if [ "$(id -u)" = 0 ]; then MPIRUN=(mpirun --allow-run-as-root -np); fi
+. docs/benchmarks/peers/build.sh
 {
 	echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!docs/benchmarks' || echo ' (+ uncommitted changes)')"
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -36,7 +31,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		for peer in always auto mpi; do
 			echo "== round $round W=$w $peer"
 			if [ $peer = mpi ]; then
-				"${MPIRUN[@]}" "$w" --oversubscribe --bind-to none --mca btl self,tcp "$OUT/mpi_bench" -n mpi_tcp \
+				"${MPIRUN[@]}" "$w" "${MPIOPT[@]}" --mca btl self,tcp "$OUT/mpi_bench" -n mpi_tcp \
 					-i "$ITERS" -s "$SAMPLES" -w 2 $SIZES >"$OUT/raw/mpi-w$w-r$round.jsonl"
 			else
 				DETCOLL_TRANSPORT=tcp DETCOLL_TCP_CHECKSUM=$peer "$OUT/detcoll" bench --device cpu --nproc-per-node "$w" \
