@@ -148,7 +148,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 const (
 	helloLen        = 108
 	helloMagic      = "dcH2"
-	protocolVersion = 2
+	protocolVersion = 3 // 3: frames may carry flagNoPayloadCRC, which version 2 refused as reserved bytes
 	nonceLen        = 32
 	macOff          = 72 // the MAC covers a message's bytes before this offset
 )
