@@ -79,8 +79,10 @@
 // DETCOLL_LOCAL_WORLD_SIZE, DETCOLL_NODE_RANK, DETCOLL_NNODES,
 // DETCOLL_STORE_ADDR, DETCOLL_TOKEN and DETCOLL_TCP_HOST (detcoll's; the
 // address of this host that routes to MasterAddr, 127.0.0.1 on one node,
-// or Config.TCPHost), and torchrun's defaults OMP_NUM_THREADS=1 (more than
-// one worker per node) and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 /
+// or Config.TCPHost), GOMAXPROCS = the host's CPUs / NprocPerNode (at
+// least 1; more than one worker per node), and torchrun's defaults
+// OMP_NUM_THREADS=1 (more than one worker per node) and
+// TORCH_NCCL_ASYNC_ERROR_HANDLING=1 /
 // NCCL_ASYNC_ERROR_HANDLING=1 when unset. DETCOLL_STORE_PORT is removed.
 //
 // Each worker runs in its own process group, with no stdin; on Linux it is

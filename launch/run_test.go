@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,13 @@ func TestRunWorkerEnv(t *testing.T) {
 				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
 			}
 		}
+		wantProcs := os.Getenv("GOMAXPROCS") // kept when this test's environment sets it
+		if wantProcs == "" {
+			wantProcs = strconv.Itoa(max(1, runtime.NumCPU()/2))
+		}
+		if vars["GOMAXPROCS"] != wantProcs {
+			t.Errorf("rank %d: GOMAXPROCS=%q, want %q (the CPUs' share of 2 workers)", r, vars["GOMAXPROCS"], wantProcs)
+		}
 		for k, v := range map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": "0",
 			"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "DETCOLL_TCP_HOST": "127.0.0.1",
 			"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"} {
@@ -146,7 +154,7 @@ func TestRunWorkerEnv(t *testing.T) {
 }
 
 func TestRunRandomTokenAndOMP(t *testing.T) {
-	cfg, stdout, _ := testConfig(t, 1, "env", "OMP_NUM_THREADS=7")
+	cfg, stdout, _ := testConfig(t, 1, "env", "OMP_NUM_THREADS=7", "GOMAXPROCS=3")
 	if err, _ := runWithin(t, context.Background(), cfg, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +164,23 @@ func TestRunRandomTokenAndOMP(t *testing.T) {
 	}
 	if !strings.Contains(out, "[rank 0] OMP_NUM_THREADS=7\n") {
 		t.Errorf("OMP_NUM_THREADS not kept:\n%s", out)
+	}
+	if !strings.Contains(out, "[rank 0] GOMAXPROCS=3\n") {
+		t.Errorf("GOMAXPROCS not kept:\n%s", out)
+	}
+}
+
+// One worker per node keeps Go's default: GOMAXPROCS is not set for it.
+func TestRunOneWorkerNoGOMAXPROCS(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set in this test's environment, and workers inherit it")
+	}
+	cfg, stdout, _ := testConfig(t, 1, "env")
+	if err, _ := runWithin(t, context.Background(), cfg, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if out := stdout.String(); strings.Contains(out, "GOMAXPROCS=") {
+		t.Errorf("GOMAXPROCS set for a single worker:\n%s", out)
 	}
 }
 

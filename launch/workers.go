@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,6 +261,13 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 	if !has["OMP_NUM_THREADS"] && c.NprocPerNode > 1 {
 		env = append(env, "OMP_NUM_THREADS=1")
 	}
+	// The same for the Go runtime of a worker (detcoll's own, or its C
+	// library's inside Python): by default every worker runs as many
+	// threads as the host has CPUs, and their idle threads' wake-ups land on
+	// the cores the other workers wait on (docs/launcher.md, "GOMAXPROCS").
+	if !has["GOMAXPROCS"] && c.NprocPerNode > 1 {
+		env = append(env, "GOMAXPROCS="+itoa(goMaxProcsShare(c.NprocPerNode)))
+	}
 	for _, k := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
 		if !has[k] {
 			env = append(env, k+"=1")
@@ -267,3 +275,7 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 	}
 	return env
 }
+
+// goMaxProcsShare is a worker's share of this host's CPUs (runtime.NumCPU:
+// the ones the launcher may run on), at least 1.
+func goMaxProcsShare(nproc int) int { return max(1, runtime.NumCPU()/nproc) }

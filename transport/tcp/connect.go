@@ -128,6 +128,41 @@ type Options struct {
 	// = "always" for ChecksumAlways) leaves it out on loopback connections
 	// only. Receivers accept either, so ranks may differ.
 	Checksum Checksum
+
+	// Poll is how long a receive that finds its socket empty keeps trying,
+	// yielding the CPU between attempts, before it waits in the Go
+	// runtime's netpoller (Linux only). Zero means $DETCOLL_TCP_POLL_US
+	// (microseconds, 0 for none) or DefaultPoll; negative means never poll.
+	Poll time.Duration
+}
+
+// EnvPoll names the environment variable that supplies Options.Poll in
+// microseconds when it is zero: a whole number ≥ 0 (0: no polling);
+// anything else fails Connect.
+const EnvPoll = "DETCOLL_TCP_POLL_US"
+
+// DefaultPoll is the default Options.Poll: on loopback at W = 2 and 4 it
+// did better than 20 and 50 µs (docs/benchmarks/tcp-loopback.md), and it is
+// the shared-memory transport's yield budget too.
+const DefaultPoll = 200 * time.Microsecond
+
+// pollBudget resolves o.Poll with $DETCOLL_TCP_POLL_US; 0 means no polling.
+func (o Options) pollBudget() (time.Duration, error) {
+	switch {
+	case o.Poll > 0:
+		return o.Poll, nil
+	case o.Poll < 0:
+		return 0, nil
+	}
+	v := os.Getenv(EnvPoll)
+	if v == "" {
+		return DefaultPoll, nil
+	}
+	us, err := strconv.ParseUint(v, 10, 31)
+	if err != nil {
+		return 0, fmt.Errorf("tcp: %s=%q: want a whole number of microseconds ≥ 0", EnvPoll, v)
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 func (o Options) withDefaults() (Options, uint8) {
@@ -184,6 +219,12 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		return nil, fail(err)
 	}
 	opt.Checksum = sum
+	if opt.Poll, err = opt.pollBudget(); err != nil {
+		return nil, fail(err)
+	}
+	if opt.Poll == 0 {
+		opt.Poll = -1 // resolved: a Sub must not read the environment again
+	}
 	t := &Transport{
 		rank: rank, size: size, prefix: prefix, st: st, opt: opt, shift: shift,
 		peers:    make([]*peer, size),
@@ -205,7 +246,7 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	}
 	for i, c := range conns {
 		if i != rank {
-			t.peers[i] = newPeer(i, c)
+			t.peers[i] = newPeer(i, c, opt.Poll)
 			t.peers[i].snd.noCRC = sum == ChecksumAuto && loopback(c)
 		}
 	}

@@ -93,7 +93,13 @@
 // touching the payload, then reads the payload into the caller's buffer
 // (reads of 32 KiB or more go straight there, bypassing the buffer),
 // checksumming each read's bytes while they are in cache, and verifies every
-// chunk (transport.ErrCorrupt) of a frame that carries checksums.
+// chunk (transport.ErrCorrupt) of a frame that carries checksums. On
+// Linux a read that finds the socket empty polls it, with sched_yield
+// between attempts, for up to Options.Poll (200 µs by default) before the
+// runtime parks the goroutine in the netpoller: on loopback the park and
+// wake-up cost more than a small message (docs/benchmarks/tcp-loopback.md,
+// "Polling before the park"). A cancelled context or Close is seen when
+// that budget is spent.
 //
 // Exchange runs one collective step with every peer (a send to and a
 // receive from each) the way a goroutine per Send and Recv would, but
@@ -154,6 +160,8 @@
 // ranks on the same host. Set it to an address of this host that the other
 // hosts can reach. DETCOLL_TCP_CHECKSUM=always makes Options.Checksum
 // ChecksumAlways when it is ChecksumAuto (payload checksums on loopback too).
+// DETCOLL_TCP_POLL_US supplies Options.Poll in microseconds when that is
+// zero (0: no polling).
 //
 // # Security
 //

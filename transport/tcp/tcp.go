@@ -95,7 +95,7 @@ type direction struct {
 // aLongTimeAgo is a deadline in the past: it makes pending I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newPeer(id int, c *net.TCPConn) *peer {
+func newPeer(id int, c *net.TCPConn, poll time.Duration) *peer {
 	p := &peer{id: id, c: c}
 	for _, d := range []*direction{&p.snd, &p.rcv} {
 		d.c = c
@@ -107,7 +107,7 @@ func newPeer(id int, c *net.TCPConn) *peer {
 	}
 	p.snd.crcLoopFn = p.snd.crcLoop
 	p.snd.crcReady = make(chan struct{}, crcTokens)
-	p.rcv.br = bufio.NewReaderSize(c, readBuffer)
+	p.rcv.br = bufio.NewReaderSize(newPollReader(c, poll), readBuffer)
 	return p
 }
 

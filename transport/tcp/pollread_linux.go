@@ -1,0 +1,96 @@
+package tcp
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// pollParks counts reads whose poll budget ran out (for tests).
+var pollParks atomic.Int64
+
+// pollReader is the receiving direction's socket reader when Options.Poll
+// is positive. A read that finds the socket empty tries again, giving the
+// CPU away with sched_yield between attempts, until data comes or the
+// budget is spent; only then does the runtime park the goroutine in the
+// netpoller. On loopback the park and the wake-up cost more than the
+// message (a 4 KiB exchange: 30–40 µs against 10–13 µs polled, at W = 2
+// with GOMAXPROCS=1; docs/benchmarks/tcp-loopback.md, "Polling before the
+// park"). Yielding instead of spinning lets a peer that shares the core run
+// (more ranks than CPUs, or two ranks the scheduler put on one core).
+//
+// A context or Close that ends the read while it polls is seen when the
+// budget is spent: RawConn.Read keeps the descriptor open during the
+// callback and reports the deadline or the close before it parks.
+type pollReader struct {
+	rc     syscall.RawConn
+	fn     func(fd uintptr) bool
+	budget time.Duration
+
+	p     []byte
+	n     int
+	err   error
+	until time.Time // zero until the first empty read of this Read
+}
+
+// newPollReader returns c itself when budget is not positive.
+func newPollReader(c *net.TCPConn, budget time.Duration) io.Reader {
+	if budget <= 0 {
+		return c
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return c
+	}
+	r := &pollReader{rc: rc, budget: budget}
+	r.fn = r.read
+	return r
+}
+
+// read is the RawConn callback: true when a read returned data, EOF or an
+// error; false (park until readable) once the budget is spent.
+func (r *pollReader) read(fd uintptr) bool {
+	for {
+		n, err := syscall.Read(int(fd), r.p)
+		switch err {
+		case nil:
+			r.n = n
+			return true
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+		default:
+			r.err = err
+			return true
+		}
+		now := time.Now()
+		switch {
+		case r.until.IsZero():
+			r.until = now.Add(r.budget)
+		case now.After(r.until):
+			pollParks.Add(1)
+			return false
+		}
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
+func (r *pollReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.p, r.n, r.err, r.until = p, 0, nil, time.Time{}
+	err := r.rc.Read(r.fn)
+	r.p = nil // do not keep the caller's buffer
+	switch {
+	case r.err != nil:
+		return 0, r.err
+	case err != nil:
+		return 0, err
+	case r.n == 0:
+		return 0, io.EOF
+	}
+	return r.n, nil
+}

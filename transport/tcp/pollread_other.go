@@ -1,0 +1,13 @@
+//go:build !linux
+
+package tcp
+
+import (
+	"io"
+	"net"
+	"time"
+)
+
+// newPollReader polls only on Linux (sched_yield between attempts); other
+// systems read the connection directly.
+func newPollReader(c *net.TCPConn, _ time.Duration) io.Reader { return c }
