@@ -428,7 +428,7 @@ func TestRunConfigErrors(t *testing.T) {
 // runNodes runs one Run per node concurrently, as on separate hosts.
 func runNodes(t *testing.T, nnodes, nproc int, mode string, extra ...string) ([]error, []*syncBuffer) {
 	t.Helper()
-	port, storePort := freeTestPort(t), freeTestPort(t)
+	port, storePort := freeTestPort2(t)
 	errs := make([]error, nnodes)
 	outs := make([]*syncBuffer, nnodes)
 	var wg sync.WaitGroup
@@ -517,7 +517,7 @@ func TestRunMultiNodeFailure(t *testing.T) {
 
 // Interrupting one node stops the whole job.
 func TestRunMultiNodeInterrupt(t *testing.T) {
-	port, freeStore := freeTestPort(t), freeTestPort(t)
+	port, freeStore := freeTestPort2(t)
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	defer cancel0()
 	var wg sync.WaitGroup
@@ -566,7 +566,7 @@ func TestRunClosedSignalsChannel(t *testing.T) {
 }
 
 func TestRunMultiNodeConfigMismatch(t *testing.T) {
-	port, freeStore := freeTestPort(t), freeTestPort(t)
+	port, freeStore := freeTestPort2(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for node := range 2 {
@@ -598,7 +598,8 @@ func TestRunRendezvousWaitsLoudlyThenTimesOut(t *testing.T) {
 	var stderr syncBuffer
 	cfg.Stderr = &stderr
 	cfg.Standalone = false
-	cfg.Nnodes, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 3, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.Nnodes, cfg.MasterAddr = 3, "127.0.0.1"
+	cfg.MasterPort, cfg.StorePort = freeTestPort2(t)
 	cfg.RdzvTimeout = time.Second
 	err, took := runWithin(t, context.Background(), cfg, 20*time.Second)
 	var rt *RendezvousTimeoutError
@@ -625,7 +626,8 @@ func TestRunNodeWaitsForStoreLoudly(t *testing.T) {
 	var stderr syncBuffer
 	cfg.Stderr = &stderr
 	cfg.Standalone = false
-	cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.StorePort = 2, 1, "127.0.0.1", freeTestPort(t), freeTestPort(t)
+	cfg.Nnodes, cfg.NodeRank, cfg.MasterAddr = 2, 1, "127.0.0.1"
+	cfg.MasterPort, cfg.StorePort = freeTestPort2(t)
 	cfg.Token, cfg.RdzvTimeout = "tok", time.Second
 	err, _ := runWithin(t, context.Background(), cfg, 20*time.Second)
 	if !errors.Is(err, ErrRendezvousTimeout) || !strings.Contains(err.Error(), "node 0's store never answered") {

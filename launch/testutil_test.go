@@ -75,10 +75,29 @@ func checkPrefixed(t *testing.T, out string, world int) map[int][]string {
 
 func freeTestPort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeTestPorts(t, 1)[0]
+}
+
+// freeTestPort2 returns two different free ports: both listeners stay open
+// until both are chosen, so the kernel cannot hand out one port twice (it
+// did once: TestRunMultiNodeConfigMismatch got MasterPort == StorePort).
+func freeTestPort2(t *testing.T) (int, int) {
+	t.Helper()
+	p := freeTestPorts(t, 2)
+	return p[0], p[1]
+}
+
+// freeTestPorts returns n distinct free ports.
+func freeTestPorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
