@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -118,6 +119,28 @@ func envLocal(getenv func(string) string, rank, nranks int) (localRank, localWor
 	return localRank, localWorld
 }
 
+// shareCPUs gives this library's Go runtime its share of the host's CPUs
+// when more than one rank runs on the host and GOMAXPROCS is unset: the
+// host's CPUs / the local world size (DETCOLL_LOCAL_WORLD_SIZE, else
+// LOCAL_WORLD_SIZE), at least 1. detcoll's launcher sets GOMAXPROCS that
+// way for its workers (docs/launcher.md, "GOMAXPROCS"); torchrun and
+// mpirun do not, and by default every rank's runtime would run a thread per
+// CPU of the host. The runtime is this library's own, so the setting
+// touches no thread of the host program (PyTorch's included). It is done
+// once per process, before the first communicator.
+func shareCPUs(getenv func(string) string) {
+	cpuShare.Do(func() {
+		if getenv("GOMAXPROCS") != "" {
+			return
+		}
+		if _, lw := envLocal(getenv, 0, 1); lw > 1 {
+			runtime.GOMAXPROCS(max(1, runtime.NumCPU()/lw))
+		}
+	})
+}
+
+var cpuShare sync.Once
+
 // initContext bounds a communicator's creation by DETCOLL_INIT_TIMEOUT.
 func initContext(getenv func(string) string) (context.Context, context.CancelFunc, time.Duration, error) {
 	d, err := durationEnv(getenv, envInitTimeout, defaultInitTimeout)
@@ -216,6 +239,7 @@ func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
 
 // initRank is detcollCommInitRank.
 func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, o *origin, err error) {
+	shareCPUs(getenv)
 	if nranks < 1 {
 		return nil, nil, argError("nranks %d is not positive", nranks)
 	}
@@ -346,6 +370,7 @@ var envJob struct {
 
 // initFromEnv is detcollCommInitFromEnv.
 func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout time.Duration) (*detcoll.Comm, *origin, error) {
+	shareCPUs(getenv)
 	envJob.Lock()
 	defer envJob.Unlock()
 	if envJob.released {
@@ -421,6 +446,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 // every collective (and the creation, unless DETCOLL_INIT_TIMEOUT is set);
 // zero leaves DETCOLL_TIMEOUT or the default.
 func initStore(getenv func(string) string, st store.Store, prefix string, nranks, rank int, timeout time.Duration) (c *detcoll.Comm, o *origin, err error) {
+	shareCPUs(getenv)
 	defer func() {
 		if err != nil {
 			st.Close()
