@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,29 @@ func TestPollEnvInvalidFailsConnect(t *testing.T) {
 	_, err := Connect(ctx, store.NewMemory(), uniquePrefix("pollenv"), 0, 2, Options{})
 	if err == nil || !strings.Contains(err.Error(), EnvPoll) {
 		t.Fatalf("Connect with %s=soon: %v", EnvPoll, err)
+	}
+}
+
+// While it polls, a read lets this process's other goroutines run: with one
+// P the goroutine that writes what it waits for gets to run at once, so the
+// read does not park (a budget below the runtime's 10 ms preemption, so
+// that only the read's own yield can let the writer in).
+func TestPollReaderLetsGoroutinesRun(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	w, c := loopbackPair(t)
+	r := newPollReader(c, 5*time.Millisecond)
+	parks := pollParks.Load()
+	ready := make(chan struct{})
+	go func() {
+		<-ready
+		w.Write([]byte("x"))
+	}()
+	close(ready) // the writer can run; this goroutine keeps the only P
+	buf := make([]byte, 1)
+	if n, err := r.Read(buf); n != 1 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	if d := pollParks.Load() - parks; d != 0 {
+		t.Errorf("the read parked %d times: its poll kept the writer goroutine from running", d)
 	}
 }
