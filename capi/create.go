@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,23 +121,39 @@ func envLocal(getenv func(string) string, rank, nranks int) (localRank, localWor
 }
 
 // shareCPUs gives this library's Go runtime its share of the host's CPUs
-// when more than one rank runs on the host and GOMAXPROCS is unset: the
-// host's CPUs / the local world size (DETCOLL_LOCAL_WORLD_SIZE, else
-// LOCAL_WORLD_SIZE), at least 1. detcoll's launcher sets GOMAXPROCS that
-// way for its workers (docs/launcher.md, "GOMAXPROCS"); torchrun and
-// mpirun do not, and by default every rank's runtime would run a thread per
-// CPU of the host. The runtime is this library's own, so the setting
-// touches no thread of the host program (PyTorch's included). It is done
-// once per process, before the first communicator.
-func shareCPUs(getenv func(string) string) {
+// when its collectives go over TCP, more than one rank runs on the host and
+// GOMAXPROCS is unset: the host's CPUs / the local world size
+// (DETCOLL_LOCAL_WORLD_SIZE, else LOCAL_WORLD_SIZE), at least 1. detcoll's
+// launcher sets GOMAXPROCS that way for its TCP jobs (docs/launcher.md,
+// "GOMAXPROCS"); torchrun and mpirun do not, and by default every rank's
+// runtime would run a thread per CPU of the host, which made small TCP
+// collectives 2–4× slower. The runtime is this library's own, so the
+// setting touches no thread of the host program (PyTorch's included). It
+// is decided once per process, at the first communicator.
+func shareCPUs(getenv func(string) string, overTCP bool) {
 	cpuShare.Do(func() {
-		if getenv("GOMAXPROCS") != "" {
+		if !overTCP || getenv("GOMAXPROCS") != "" {
 			return
 		}
 		if _, lw := envLocal(getenv, 0, 1); lw > 1 {
 			runtime.GOMAXPROCS(max(1, runtime.NumCPU()/lw))
 		}
 	})
+}
+
+// envOverTCP reports whether a communicator from the launch environment
+// goes over TCP: forced (DETCOLL_TRANSPORT=tcp), or ranks on other hosts
+// (WORLD_SIZE above LOCAL_WORLD_SIZE); otherwise cluster picks shared memory.
+func envOverTCP(getenv func(string) string) bool {
+	if strings.EqualFold(strings.TrimSpace(getenv(cluster.EnvTransport)), "tcp") {
+		return true
+	}
+	world, err := strconv.Atoi(getenv("WORLD_SIZE"))
+	if err != nil {
+		world, err = strconv.Atoi(getenv(launch.EnvWorldSize))
+	}
+	_, local := envLocal(getenv, 0, world)
+	return err == nil && world > local
 }
 
 var cpuShare sync.Once
@@ -239,7 +256,7 @@ func getUniqueID(getenv func(string) string) ([uniqueIDBytes]byte, error) {
 
 // initRank is detcollCommInitRank.
 func initRank(ctx context.Context, getenv func(string) string, id [uniqueIDBytes]byte, nranks, rank int) (c *detcoll.Comm, o *origin, err error) {
-	shareCPUs(getenv)
+	shareCPUs(getenv, true) // this path always connects over TCP
 	if nranks < 1 {
 		return nil, nil, argError("nranks %d is not positive", nranks)
 	}
@@ -370,7 +387,7 @@ var envJob struct {
 
 // initFromEnv is detcollCommInitFromEnv.
 func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout time.Duration) (*detcoll.Comm, *origin, error) {
-	shareCPUs(getenv)
+	shareCPUs(getenv, envOverTCP(getenv))
 	envJob.Lock()
 	defer envJob.Unlock()
 	if envJob.released {
@@ -446,7 +463,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, initTimeout ti
 // every collective (and the creation, unless DETCOLL_INIT_TIMEOUT is set);
 // zero leaves DETCOLL_TIMEOUT or the default.
 func initStore(getenv func(string) string, st store.Store, prefix string, nranks, rank int, timeout time.Duration) (c *detcoll.Comm, o *origin, err error) {
-	shareCPUs(getenv)
+	shareCPUs(getenv, true) // this path always connects over TCP
 	defer func() {
 		if err != nil {
 			st.Close()

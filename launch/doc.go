@@ -80,7 +80,8 @@
 // DETCOLL_STORE_ADDR, DETCOLL_TOKEN and DETCOLL_TCP_HOST (detcoll's; the
 // address of this host that routes to MasterAddr, 127.0.0.1 on one node,
 // or Config.TCPHost), GOMAXPROCS = the host's CPUs / NprocPerNode (at
-// least 1; more than one worker per node), and torchrun's defaults
+// least 1; more than one worker per node whose collectives go over TCP:
+// DETCOLL_TRANSPORT=tcp or more than one node), and torchrun's defaults
 // OMP_NUM_THREADS=1 (more than one worker per node) and
 // TORCH_NCCL_ASYNC_ERROR_HANDLING=1 /
 // NCCL_ASYNC_ERROR_HANDLING=1 when unset. DETCOLL_STORE_PORT is removed.

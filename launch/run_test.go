@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,12 +113,10 @@ func TestRunWorkerEnv(t *testing.T) {
 				t.Errorf("rank %d: %s=%q, want %q", r, k, vars[k], v)
 			}
 		}
-		wantProcs := os.Getenv("GOMAXPROCS") // kept when this test's environment sets it
-		if wantProcs == "" {
-			wantProcs = strconv.Itoa(max(1, runtime.NumCPU()/2))
-		}
-		if vars["GOMAXPROCS"] != wantProcs {
-			t.Errorf("rank %d: GOMAXPROCS=%q, want %q (the CPUs' share of 2 workers)", r, vars["GOMAXPROCS"], wantProcs)
+		// One node over the default transport (shared memory): Go's
+		// default, or what this test's environment sets.
+		if vars["GOMAXPROCS"] != os.Getenv("GOMAXPROCS") && os.Getenv("DETCOLL_TRANSPORT") == "" {
+			t.Errorf("rank %d: GOMAXPROCS=%q, want it left as the environment has it (%q)", r, vars["GOMAXPROCS"], os.Getenv("GOMAXPROCS"))
 		}
 		for k, v := range map[string]string{"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": "0",
 			"TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none", "DETCOLL_TCP_HOST": "127.0.0.1",
@@ -170,12 +169,38 @@ func TestRunRandomTokenAndOMP(t *testing.T) {
 	}
 }
 
+// Workers whose collectives go over TCP get the CPUs' share as GOMAXPROCS;
+// an explicit GOMAXPROCS is kept.
+func TestRunGOMAXPROCSShareOverTCP(t *testing.T) {
+	share := strconv.Itoa(max(1, runtime.NumCPU()/2))
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"DETCOLL_TRANSPORT=tcp"}, share},
+		{[]string{"DETCOLL_TRANSPORT= TCP "}, share},
+		{[]string{"DETCOLL_TRANSPORT=tcp", "GOMAXPROCS=3"}, "3"},
+	} {
+		cfg, stdout, _ := testConfig(t, 2, "env")
+		// Only this case's GOMAXPROCS, not one from the test's environment.
+		cfg.Env = append(slices.DeleteFunc(cfg.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }), tc.env...)
+		if err, _ := runWithin(t, context.Background(), cfg, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for r := range 2 {
+			if want := fmt.Sprintf("[rank %d] GOMAXPROCS=%s\n", r, tc.want); !strings.Contains(stdout.String(), want) {
+				t.Errorf("env %q: want %q in:\n%s", tc.env, want, stdout.String())
+			}
+		}
+	}
+}
+
 // One worker per node keeps Go's default: GOMAXPROCS is not set for it.
 func TestRunOneWorkerNoGOMAXPROCS(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set in this test's environment, and workers inherit it")
 	}
-	cfg, stdout, _ := testConfig(t, 1, "env")
+	cfg, stdout, _ := testConfig(t, 1, "env", "DETCOLL_TRANSPORT=tcp")
 	if err, _ := runWithin(t, context.Background(), cfg, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}

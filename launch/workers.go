@@ -262,10 +262,13 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 		env = append(env, "OMP_NUM_THREADS=1")
 	}
 	// The same for the Go runtime of a worker (detcoll's own, or its C
-	// library's inside Python): by default every worker runs as many
-	// threads as the host has CPUs, and their idle threads' wake-ups land on
-	// the cores the other workers wait on (docs/launcher.md, "GOMAXPROCS").
-	if !has["GOMAXPROCS"] && c.NprocPerNode > 1 {
+	// library's inside Python) whose collectives go over TCP (forced, or
+	// more than one node): by default every worker runs as many threads as
+	// the host has CPUs, and their wake-ups land on the cores the other
+	// workers wait on. Over shared memory (one node, the default) the share
+	// made small collectives bimodal instead, so it is not set there
+	// (docs/launcher.md, "GOMAXPROCS").
+	if !has["GOMAXPROCS"] && c.NprocPerNode > 1 && (j.nnodes > 1 || envValue(env, transportEnv) == "tcp") {
 		env = append(env, "GOMAXPROCS="+itoa(goMaxProcsShare(c.NprocPerNode)))
 	}
 	for _, k := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
@@ -279,3 +282,18 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 // goMaxProcsShare is a worker's share of this host's CPUs (runtime.NumCPU:
 // the ones the launcher may run on), at least 1.
 func goMaxProcsShare(nproc int) int { return max(1, runtime.NumCPU()/nproc) }
+
+// transportEnv is cluster.EnvTransport (cluster is a floor above launch).
+const transportEnv = "DETCOLL_TRANSPORT"
+
+// envValue is the value of k in env (the last setting wins, as in exec),
+// lower-cased and trimmed like cluster reads it.
+func envValue(env []string, k string) string {
+	v := ""
+	for _, kv := range env {
+		if key, val, ok := strings.Cut(kv, "="); ok && key == k {
+			v = val
+		}
+	}
+	return strings.ToLower(strings.TrimSpace(v))
+}
