@@ -29,7 +29,8 @@ func benchPair(b *testing.B, opt Options) (*Transport, *Transport) {
 }
 
 // rawPair is two ends of one loopback TCP connection.
-func rawPair(b *testing.B) (*net.TCPConn, *net.TCPConn) {
+func rawPair(b testing.TB) (*net.TCPConn, *net.TCPConn) {
+	b.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		b.Fatal(err)

@@ -14,35 +14,10 @@ import (
 	"github.com/detcoll/detcoll/store"
 )
 
-// loopbackPair returns both ends of one loopback TCP connection.
-func loopbackPair(t *testing.T) (a, b *net.TCPConn) {
-	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan *net.TCPConn, 1)
-	go func() {
-		c, _ := ln.AcceptTCP()
-		acc <- c
-	}()
-	a, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = <-acc
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
-
 // Data that comes within the budget is read without parking; data that
 // comes later after one park; then EOF, a deadline and a zero-length read.
 func TestPollReader(t *testing.T) {
-	w, c := loopbackPair(t)
+	w, c := rawPair(t)
 	r := newPollReader(c, time.Second)
 	if _, ok := r.(*pollReader); !ok {
 		t.Fatalf("newPollReader gave %T, want *pollReader", r)
@@ -96,7 +71,7 @@ func TestPollReader(t *testing.T) {
 
 // Closing the connection ends a read that is polling or parked.
 func TestPollReaderClose(t *testing.T) {
-	_, c := loopbackPair(t)
+	_, c := rawPair(t)
 	r := newPollReader(c, DefaultPoll)
 	done := make(chan error, 1)
 	go func() {
@@ -159,7 +134,7 @@ func TestPollEnvInvalidFailsConnect(t *testing.T) {
 // that only the read's own yield can let the writer in).
 func TestPollReaderLetsGoroutinesRun(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	w, c := loopbackPair(t)
+	w, c := rawPair(t)
 	r := newPollReader(c, 5*time.Millisecond)
 	parks := pollParks.Load()
 	ready := make(chan struct{})
