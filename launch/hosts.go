@@ -167,11 +167,16 @@ func (c *Config) advertise(h *hostInfo, server bool, locals []net.IP) error {
 	return nil
 }
 
-func envHas(env []string, k string) bool {
+func envHas(env []string, k string) bool { return envLookup(env, k) != "" }
+
+// envLookup is the value of k in env, "" when absent; the last setting
+// wins, as it does for a process started by os/exec.
+func envLookup(env []string, k string) string {
+	v := ""
 	for _, kv := range env {
-		if name, v, _ := strings.Cut(kv, "="); name == k && v != "" {
-			return true
+		if name, val, ok := strings.Cut(kv, "="); ok && name == k {
+			v = val
 		}
 	}
-	return false
+	return v
 }

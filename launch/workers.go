@@ -286,14 +286,8 @@ func goMaxProcsShare(nproc int) int { return max(1, runtime.NumCPU()/nproc) }
 // transportEnv is cluster.EnvTransport (cluster is a floor above launch).
 const transportEnv = "DETCOLL_TRANSPORT"
 
-// envValue is the value of k in env (the last setting wins, as in exec),
-// lower-cased and trimmed like cluster reads it.
+// envValue is envLookup's value lower-cased and trimmed, as cluster reads
+// a choice.
 func envValue(env []string, k string) string {
-	v := ""
-	for _, kv := range env {
-		if key, val, ok := strings.Cut(kv, "="); ok && key == k {
-			v = val
-		}
-	}
-	return strings.ToLower(strings.TrimSpace(v))
+	return strings.ToLower(strings.TrimSpace(envLookup(env, k)))
 }
