@@ -1,6 +1,10 @@
 package reduce
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 //go:noescape
 func treeF32x2AVX2(out *float32, ins *[8]*float32, n int)
@@ -20,8 +24,23 @@ func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
 //go:noescape
 func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
 
+//go:noescape
+func treeBF16x2AVX512(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x4AVX512(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x8AVX512(out *uint16, ins *[8]*uint16, n int)
+
+// useAVX512 selects the AVX-512 bf16 trees (tree_bf16_avx512_amd64.s) for
+// whole groups of 16 elements, the AVX2 ones doing a last group of 8; tests
+// turn it off to check the AVX2 kernels on the same inputs.
+var useAVX512 = cpu.X86.HasAVX512F
+
 // treeBF16Vec reduces elements [lo, hi) of W = 2, 4 or 8 aligned bf16
-// inputs with native accumulation in one fused pass (tree_bf16_amd64.s) and
+// inputs with native accumulation in one fused pass (tree_bf16_amd64.s,
+// tree_bf16_avx512_amd64.s) and
 // returns how many elements from lo it did (a multiple of 8; 0 when the
 // fused kernel does not apply).
 func treeBF16Vec(t task, lo, hi int) int {
@@ -43,13 +62,32 @@ func treeBF16Vec(t task, lo, hi int) int {
 		ptrs[r] = (*uint16)(unsafe.Pointer(unsafe.SliceData(b)))
 	}
 	o := (*uint16)(unsafe.Pointer(unsafe.SliceData(ob)))
-	switch w {
+	done := 0
+	if n16 := n &^ 15; useAVX512 && n16 > 0 {
+		switch w {
+		case 2:
+			treeBF16x2AVX512(o, &ptrs, n16)
+		case 4:
+			treeBF16x4AVX512(o, &ptrs, n16)
+		default:
+			treeBF16x8AVX512(o, &ptrs, n16)
+		}
+		if n16 == n {
+			return n
+		}
+		for r := 0; r < w; r++ {
+			ptrs[r] = (*uint16)(unsafe.Add(unsafe.Pointer(ptrs[r]), 2*n16))
+		}
+		o = (*uint16)(unsafe.Add(unsafe.Pointer(o), 2*n16))
+		done = n16
+	}
+	switch m := n - done; w {
 	case 2:
-		treeBF16x2AVX2(o, &ptrs, n)
+		treeBF16x2AVX2(o, &ptrs, m)
 	case 4:
-		treeBF16x4AVX2(o, &ptrs, n)
+		treeBF16x4AVX2(o, &ptrs, m)
 	default:
-		treeBF16x8AVX2(o, &ptrs, n)
+		treeBF16x8AVX2(o, &ptrs, m)
 	}
 	return n
 }

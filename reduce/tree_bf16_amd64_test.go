@@ -2,8 +2,11 @@ package reduce
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/tree"
@@ -21,6 +24,21 @@ func TestFusedBF16Tree(t *testing.T) {
 	}
 }
 
+// TestFusedBF16TreeAVX512: the bf16 trees with the AVX-512 kernels (16
+// elements at a time, the AVX2 ones doing a last 8) and without them give
+// the same oracle bits; the AVX-512 kernels run where the CPU has them.
+func TestFusedBF16TreeAVX512(t *testing.T) {
+	if !useAVX2 || !cpu.X86.HasAVX512F {
+		t.Skip("no AVX-512F on this CPU: the AVX-512 kernels never run")
+	}
+	saved := useAVX512
+	defer func() { useAVX512 = saved }()
+	for _, on := range []bool{true, false} {
+		useAVX512 = on
+		t.Run(fmt.Sprintf("avx512=%v", on), func(t *testing.T) { fusedTree(t, dtype.BF16) })
+	}
+}
+
 func fusedTree(t *testing.T, dt dtype.DType) {
 	fused := treeBF16Vec
 	if dt == dtype.FP32 {
@@ -29,7 +47,7 @@ func fusedTree(t *testing.T, dt dtype.DType) {
 	sz := dt.Size()
 	rng := rand.New(rand.NewPCG(21, 22))
 	for _, w := range []int{2, 4, 8} {
-		for _, n := range []int{8, 16, 1000, 4103} {
+		for _, n := range []int{8, 16, 24, 32, 1000, 4103} {
 			for mode := 0; mode < 3; mode++ {
 				ins := make([][]byte, w)
 				for i := range ins {
