@@ -152,7 +152,7 @@ func (t *Transport) poll(ready func() bool, interrupted func() error) (bool, err
 			}
 		}
 	}
-	for i := 0; i < spinYields; i++ {
+	for i := 0; i < spinYields && t.gosched; i++ {
 		runtime.Gosched()
 		if ready() {
 			return true, nil
@@ -332,4 +332,21 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 			return t.fail("recv", peer, err)
 		}
 	}
+}
+
+// goschedWaits reports whether a waiter calls runtime.Gosched between its
+// spin and its sched_yield or sleep. It does unless the group is
+// oversubscribed (more ranks than CPUs) and this process has more than one
+// P. Gosched puts the waiter on the global run queue and wakes an idle
+// P's thread (runtime.wakep), which takes the waiter over while the first
+// thread parks: two futex calls and a thread switch per call. At W = 4 on
+// two cores those were half of all futex calls of a 4 KiB ReduceScatter
+// run, on cores the other ranks need, and without them its median went
+// from 17 to 14 µs and 64 KiB from 33 to 22. With one P, Gosched is what
+// lets the process's other goroutines run; in a group that fits the CPUs
+// it costs nothing measurable and the waits without it were slower (W = 2,
+// 4 KiB ReduceScatter 1.9 → 3.5 µs, median of 10). docs/shm.md, "Gosched
+// in the waits".
+func goschedWaits(size int) bool {
+	return runtime.GOMAXPROCS(0) == 1 || size <= runtime.NumCPU()
 }

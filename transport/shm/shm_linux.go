@@ -103,6 +103,7 @@ type Transport struct {
 	procs  []peerProc
 
 	spin      int64        // ns of busy spinning before a sleep (0: none)
+	gosched   bool         // waits call runtime.Gosched (goschedWaits)
 	life      sync.RWMutex // held shared by every Send/Recv; Close takes it to unmap
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -170,6 +171,7 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	if size <= runtime.NumCPU() {
 		t.spin = int64(busySpin)
 	}
+	t.gosched = goschedWaits(size)
 	ctx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
 	defer cancel()
 	if err := t.setup(ctx); err != nil {

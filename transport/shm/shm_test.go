@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -552,6 +553,41 @@ func (f fileStore) Get(ctx context.Context, key string) ([]byte, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// TestGoschedWaits: waiters call runtime.Gosched with one P or when the
+// group fits the CPUs, and not in an oversubscribed group with more Ps
+// (docs/shm.md, "Gosched in the waits"); a new transport takes the rule.
+func TestGoschedWaits(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	cpus := runtime.NumCPU()
+	for _, c := range []struct {
+		procs, size int
+		want        bool
+	}{
+		{1, cpus + 1, true},
+		{1, 2, true},
+		{2, cpus + 1, false},
+		{2, min(2, cpus), true},
+		{4, 4 * cpus, false},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := goschedWaits(c.size); got != c.want {
+			t.Errorf("GOMAXPROCS=%d W=%d (%d CPUs): goschedWaits = %v, want %v", c.procs, c.size, cpus, got, c.want)
+		}
+	}
+	runtime.GOMAXPROCS(2)
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("gosched"), cpus+1, Options{})
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	for r, tr := range ts {
+		if tr.gosched {
+			t.Errorf("rank %d of an oversubscribed group (W=%d, %d CPUs, GOMAXPROCS=2) calls Gosched in its waits", r, cpus+1, cpus)
 		}
 	}
 }
