@@ -43,7 +43,7 @@ func (c *Comm) checkAlgAcc(op string, alg Algorithm, acc Accumulate) error {
 // slice (in place) but must not otherwise overlap.
 func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts ...Option) error {
 	const op = "AllReduce"
-	alg, acc := c.resolve(opts, len(send), elemsOf(len(send), dt))
+	alg, acc := c.resolve(opts, false, len(send), elemsOf(len(send), dt))
 	var count int
 	return c.run(ctx, op, func() (signature, error) {
 		if err := c.checkReducible(op, dt); err != nil {
@@ -165,7 +165,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 // len(send) must be W*len(recv): the element count must divide by W.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, opts ...Option) error {
 	const op = "ReduceScatter"
-	alg, acc := c.resolve(opts, len(send), elemsOf(len(send), dt))
+	alg, acc := c.resolve(opts, true, len(send), elemsOf(len(send), dt))
 	return c.run(ctx, op, func() (signature, error) {
 		if err := c.checkReducible(op, dt); err != nil {
 			return signature{}, err
@@ -420,7 +420,7 @@ func (c *Comm) ReduceScatterMany(ctx context.Context, sends, recvs [][]byte, dt 
 	for _, s := range sends {
 		total += len(s)
 	}
-	alg, acc := c.resolve(opts, total, elemsOf(total, dt))
+	alg, acc := c.resolve(opts, true, total, elemsOf(total, dt))
 	return c.run(ctx, op, func() (signature, error) {
 		if err := c.checkReducible(op, dt); err != nil {
 			return signature{}, err

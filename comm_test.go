@@ -632,3 +632,31 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoChoice: Auto ReduceScatter is A2ATree at every size and W (its
+// gather form receives W times the bytes for the same bits); Auto AllReduce
+// keeps GatherTree below autoA2ABytes and at W = 2.
+func TestAutoChoice(t *testing.T) {
+	for _, w := range []int{2, 3, 4} {
+		comms := newComms(t, w)
+		c := comms[0]
+		for _, n := range []int{0, 4, 4096, autoA2ABytes, 1 << 20} {
+			if alg, _ := c.resolve(nil, true, n, n/4); alg != A2ATree {
+				t.Errorf("W=%d ReduceScatter of %d bytes: Auto resolved to %v, want a2a_tree", w, n, alg)
+			}
+			if alg, _ := c.resolve([]Option{WithAlgorithm(GatherTree)}, true, n, n/4); alg != GatherTree {
+				t.Errorf("W=%d ReduceScatter of %d bytes with gather_tree asked: resolved to %v", w, n, alg)
+			}
+		}
+		if alg, _ := c.resolve(nil, false, 4096, 1024); alg != GatherTree {
+			t.Errorf("W=%d AllReduce of 4 KiB: Auto resolved to %v, want gather_tree", w, alg)
+		}
+		want := A2ATree
+		if w == 2 {
+			want = GatherTree
+		}
+		if alg, _ := c.resolve(nil, false, 1<<20, 1<<18); alg != want {
+			t.Errorf("W=%d AllReduce of 1 MiB: Auto resolved to %v, want %v", w, alg, want)
+		}
+	}
+}

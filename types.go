@@ -39,7 +39,9 @@ const (
 type Algorithm uint8
 
 const (
-	// Auto picks by size: GatherTree for small messages, A2ATree otherwise.
+	// Auto picks by size for AllReduce (GatherTree for small messages and
+	// at W = 2, A2ATree otherwise) and A2ATree for ReduceScatter at every
+	// size (docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
 	// transport-only path): (W-1)·N bytes received per rank.
