@@ -272,24 +272,32 @@ func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Alg
 		cc.alg = A2ATree
 	}
 	if cc.alg == Auto {
-		cc.alg = GatherTree
-		if bytes >= autoA2ABytes && c.size > 2 {
-			cc.alg = A2ATree
-		}
-		if sh, _ := c.window(); sh != nil && c.size > 2 {
-			// Over a window the choice is between one publication and
-			// W-fold arithmetic per rank (gather) and two publications
-			// and 1/W of it (a2a): it turns on the element count, not the
-			// bytes (docs/shm.md).
-			cc.alg = GatherTree
-			if elems >= autoA2AWindowElems {
-				cc.alg = A2ATree
-			}
-		}
+		cc.alg = c.autoAllReduce(bytes, elems)
 	}
 	// No peer memory here: the IPC algorithms move the same bytes as their
 	// transport twins (an unknown value stays, for checkAlgAcc to refuse).
 	return cc.alg.Transport(), cc.acc
+}
+
+// autoAllReduce is Auto's AllReduce algorithm for a call of bytes (elems
+// elements) per rank. Over a window the choice is between one publication
+// and W-fold arithmetic per rank (gather) and two publications and 1/W of
+// it (a2a): it turns on the element count, not the bytes (docs/shm.md,
+// "Choice and workers over a window"). Over messages a2a_tree moves the
+// same bytes as gather_tree at W = 2 in two steps instead of one, and wins
+// only once the halved arithmetic outweighs the second step
+// (docs/architecture.md, "Auto").
+func (c *Comm) autoAllReduce(bytes, elems int) Algorithm {
+	if sh, _ := c.window(); sh != nil {
+		if elems >= autoA2AWindowElems {
+			return A2ATree
+		}
+		return GatherTree
+	}
+	if bytes >= autoA2ABytes && c.size > 2 || bytes >= autoA2ABytesW2 {
+		return A2ATree
+	}
+	return GatherTree
 }
 
 // Tag phases: the step of a collective a message belongs to. With the call

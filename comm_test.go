@@ -658,5 +658,36 @@ func TestAutoChoice(t *testing.T) {
 		if alg, _ := c.resolve(nil, false, 1<<20, 1<<18); alg != want {
 			t.Errorf("W=%d AllReduce of 1 MiB: Auto resolved to %v, want %v", w, alg, want)
 		}
+		if alg, _ := c.resolve(nil, false, autoA2ABytesW2, autoA2ABytesW2/4); alg != A2ATree {
+			t.Errorf("W=%d AllReduce of %d bytes: Auto resolved to %v, want a2a_tree", w, autoA2ABytesW2, alg)
+		}
+	}
+	// Over a window the element count decides, at W = 2 too.
+	for _, w := range []int{2, 4} {
+		comms := newComms(t, w)
+		c, err := New(windowed{comms[0].t})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close() // closes comms[0]'s transport too, as its own Close would
+		for _, k := range []struct {
+			elems int
+			want  Algorithm
+		}{{0, GatherTree}, {autoA2AWindowElems - 1, GatherTree}, {autoA2AWindowElems, A2ATree}, {1 << 20, A2ATree}} {
+			if alg, _ := c.resolve(nil, false, 2*k.elems, k.elems); alg != k.want {
+				t.Errorf("W=%d over a window, AllReduce of %d elements: Auto resolved to %v, want %v", w, k.elems, alg, k.want)
+			}
+		}
 	}
 }
+
+// windowed makes a transport look like one with a shared window, for
+// resolve only: it never stages or publishes.
+type windowed struct{ transport.Transport }
+
+func (windowed) WindowBytes() int                                         { return 1 << 20 }
+func (windowed) Stage(context.Context, int) ([]byte, error)               { return nil, ErrUnsupported }
+func (windowed) Publish(context.Context, transport.Tag) ([][]byte, error) { return nil, ErrUnsupported }
+func (windowed) Release()                                                 {}
+
+var _ transport.Sharer = windowed{}

@@ -96,13 +96,23 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot or two_shot)", s)
 }
 
-// autoA2ABytes is the per-rank message size from which Auto uses A2ATree.
+// autoA2ABytes is the per-rank message size from which Auto uses A2ATree
+// at W > 2 without a window.
 const autoA2ABytes = 64 << 10
 
+// autoA2ABytesW2 is the per-rank message size from which Auto uses A2ATree
+// at W = 2 without a window. Forced TCP, fp32, median of 3 (µs, gather /
+// a2a): 1 MiB 373 / 405, 2 MiB 971 / 772, 4 MiB 2579 / 1896, 16 MiB
+// 12511 / 9188 (docs/architecture.md, "Auto").
+const autoA2ABytesW2 = 2 << 20
+
 // autoA2AWindowElems is the per-rank element count from which Auto uses
-// A2ATree over a shared window (W > 2). W = 4 on 2 cores, 2026-12-02: fp32
-// 64 KiB (16 Ki elements) gather 43–55 µs against a2a 66–74; 256 KiB (64 Ki)
-// even; bf16 64 KiB (32 Ki) gather 43–97 against a2a 35–43 (docs/shm.md).
+// A2ATree over a shared window, at every W. W = 4 on 2 cores, 2026-12-02:
+// fp32 64 KiB (16 Ki elements) gather 43–55 µs against a2a 66–74; 256 KiB
+// (64 Ki) even; bf16 64 KiB (32 Ki) gather 43–97 against a2a 35–43. W = 2,
+// 2026-12-03, median of 3, µs, gather / a2a: fp32 64 KiB 15.7 / 15.0,
+// 256 KiB 39.6 / 42.5, 512 KiB 82.0 / 63.9, 1 MiB 159 / 115; bf16 64 KiB
+// 18.5 / 13.9, 1 MiB 184 / 117 (docs/shm.md).
 const autoA2AWindowElems = 32 << 10
 
 func elemsOf(bytes int, dt DType) int {
