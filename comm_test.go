@@ -691,3 +691,52 @@ func (windowed) Publish(context.Context, transport.Tag) ([][]byte, error) { retu
 func (windowed) Release()                                                 {}
 
 var _ transport.Sharer = windowed{}
+
+// TestSharedDeadline: calls made without a context share one deadline
+// context while they start within timeout/100 of its first; each gets at
+// least the timeout; a later call gets a new one; a call that waits past it
+// fails with DeadlineExceeded; Close releases it.
+func TestSharedDeadline(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	comms := newComms(t, 2, WithTimeout(timeout))
+	c := comms[0]
+	c.mu.Lock()
+	start := time.Now()
+	a, _ := c.withTimeout(context.Background())
+	b, _ := c.withTimeout(nil)
+	if a != b {
+		t.Errorf("two calls within %v got different contexts", timeout/100)
+	}
+	if dl, ok := b.Deadline(); !ok || dl.Before(start.Add(timeout)) || dl.After(time.Now().Add(timeout+timeout/100)) {
+		t.Errorf("shared deadline %v (ok %v): want within [%v, %v] of the call", dl.Sub(start), ok, timeout, timeout+timeout/100)
+	}
+	time.Sleep(timeout/100 + time.Millisecond)
+	now := time.Now()
+	d, _ := c.withTimeout(context.TODO())
+	if d == a {
+		t.Error("a call after timeout/100 reused the old deadline context")
+	}
+	if dl, _ := d.Deadline(); dl.Before(now.Add(timeout)) {
+		t.Errorf("renewed deadline %v after the call, want at least %v", dl.Sub(now), timeout)
+	}
+	user, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if u, _ := c.withTimeout(user); u == d {
+		t.Error("a caller's own context was replaced by the shared one")
+	}
+	c.mu.Unlock()
+
+	// Rank 1 never joins: rank 0's call waits out the shared deadline.
+	begin := time.Now()
+	err := c.AllReduce(context.Background(), make([]byte, 8), make([]byte, 8), FP32)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past the timeout: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(begin); took < timeout {
+		t.Errorf("timed out after %v, before the timeout %v", took, timeout)
+	}
+	c.Close()
+	if d.Err() == nil {
+		t.Error("Close left the shared deadline's timer running")
+	}
+}
