@@ -178,6 +178,10 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 		}
 		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
 	}, func(ctx context.Context, call agree.Call) error {
+		if sh, slot := c.rsWindow(dt); sh != nil {
+			// One lane: no lane slices to allocate.
+			return c.reduceScatterWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt, acc)
+		}
 		return c.reduceScatter(ctx, call, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
 	})
 }
@@ -198,9 +202,7 @@ func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
 
 // reduceScatter runs every lane's reduce-scatter under one synchronisation.
 func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs [][]byte, dt DType, acc Accumulate, alg Algorithm) error {
-	w := c.size
-	if sh, slot := c.window(); sh != nil && slot/w >= dt.Size() {
-		// Both algorithms read block r of every rank in place: the same bits.
+	if sh, slot := c.rsWindow(dt); sh != nil {
 		for l := range sends {
 			if err := c.reduceScatterWindow(ctx, sh, slot, tag(phaseGather, call), sends[l], recvs[l], dt, acc); err != nil {
 				return err
@@ -216,6 +218,18 @@ func (c *Comm) reduceScatter(ctx context.Context, call agree.Call, sends, recvs 
 		return c.reduceScatterGatherTree(ctx, call, sends, recvs, dt, acc, total)
 	}
 	return c.reduceScatterA2A(ctx, call, sends, recvs, dt, acc, total)
+}
+
+// rsWindow returns the window a reduce-scatter of dt runs over, or nil when
+// it must move messages (no window, or a slot too small for one element of
+// every block). Both algorithms read block r of every rank in place there:
+// the same bits.
+func (c *Comm) rsWindow(dt DType) (transport.Sharer, int) {
+	sh, slot := c.window()
+	if sh == nil || slot/c.size < dt.Size() {
+		return nil, 0
+	}
+	return sh, slot
 }
 
 // reduceScatterGatherTree is the seed's path: gather every rank's whole input

@@ -36,6 +36,7 @@ type Comm struct {
 	stats    Stats
 	children []*Comm
 	deadline sharedDeadline // the context of calls made without one (withTimeout)
+	scratch  [][]byte       // reducer inputs of window collectives (inputs)
 }
 
 // Stats are a communicator's counters, read with (*Comm).Stats.
@@ -308,8 +309,8 @@ func (d *sharedDeadline) stop() {
 // per rank: 69 µs against 35; docs/architecture.md, "Auto").
 func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Algorithm, Accumulate) {
 	cc := callConfig{alg: c.cfg.alg, acc: c.cfg.acc}
-	for _, o := range opts {
-		o(&cc)
+	if len(opts) > 0 {
+		cc = cc.with(opts)
 	}
 	if cc.alg == Auto && reduceScatter {
 		cc.alg = A2ATree
@@ -320,6 +321,16 @@ func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Alg
 	// No peer memory here: the IPC algorithms move the same bytes as their
 	// transport twins (an unknown value stays, for checkAlgAcc to refuse).
 	return cc.alg.Transport(), cc.acc
+}
+
+// with applies opts to a copy of cc. It is apart from resolve because
+// handing &cc to the options moves cc to the heap: a call without options
+// allocates nothing for them.
+func (cc callConfig) with(opts []Option) callConfig {
+	for _, o := range opts {
+		o(&cc)
+	}
+	return cc
 }
 
 // autoAllReduce is Auto's AllReduce algorithm for a call of bytes (elems

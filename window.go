@@ -162,7 +162,8 @@ func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot in
 // piece at b*n); rank r reduces block r's piece of every rank.
 func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slot int, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) error {
 	w, bn := c.size, len(recv)
-	inputs := make([][]byte, w)
+	inputs := c.inputs()
+	defer clear(inputs) // keep no view past the call
 	return pieces(bn, slot/w, dt.Size(), func(off, n int) error {
 		views, err := publish(ctx, sh, tg, w*n, func(s []byte) {
 			for b := 0; b < w; b++ {
@@ -178,6 +179,16 @@ func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slo
 		}
 		return c.reducer.Reduce(dt, acc, inputs, recv[off:off+n])
 	})
+}
+
+// inputs returns the communicator's W-long scratch slice of reducer inputs
+// (held under c.mu, like the workspace), so that a call does not allocate
+// one.
+func (c *Comm) inputs() [][]byte {
+	if len(c.scratch) != c.size {
+		c.scratch = make([][]byte, c.size)
+	}
+	return c.scratch
 }
 
 // cachedPiece is below the size from which the Go runtime's memmove writes
