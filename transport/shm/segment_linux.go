@@ -48,6 +48,7 @@ const (
 	rbProbeAddr = 16
 	rbProbeVal  = 24
 	rbClosed    = 32
+	rbCPU       = 40 // 1 + the CPU the rank last began a busy wait on (0: not known)
 	rbCanRead   = 64
 	// then, at layout.rbWin: the window line (published and released
 	// counts), then one 64-byte header per window slot.

@@ -591,3 +591,37 @@ func TestGoschedWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesCPU: a waiter records its CPU and sees a peer that last waited
+// on the same one (docs/shm.md, "Placement after a pause"), and only then.
+func TestSharesCPU(t *testing.T) {
+	if c := currentCPU(); c < 0 {
+		t.Errorf("getcpu(2) failed: currentCPU = %d", c)
+	}
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("cpu"), 3, Options{})
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	word := func(r int) *atomic.Uint32 { return ts[0].seg.u32(ts[0].seg.rankOff(r) + rbCPU) }
+	if ts[0].sharesCPUOn(5) {
+		t.Error("no peer has waited yet, but rank 0 finds one on its CPU")
+	}
+	if got := word(0).Load(); got != 6 {
+		t.Errorf("rank 0 waiting on CPU 5 recorded %d, want 6 (1 + the CPU)", got)
+	}
+	word(2).Store(5 + 1)
+	if !ts[0].sharesCPUOn(5) {
+		t.Error("rank 2 last waited on CPU 5, rank 0 waits there and does not see it")
+	}
+	if ts[0].sharesCPUOn(4) {
+		t.Error("rank 0 on CPU 4 sees a peer on its CPU; rank 2 was on 5 and rank 1 never waited")
+	}
+	if !ts[1].sharesCPUOn(4) {
+		t.Error("rank 0 last waited on CPU 4, rank 1 waits there and does not see it")
+	}
+	if ts[0].sharesCPUOn(-1) {
+		t.Error("an unknown CPU matched a peer")
+	}
+}

@@ -35,6 +35,15 @@ func futexWake(w *atomic.Uint32) {
 // schedYield gives this thread's core to another runnable thread.
 func schedYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
+// currentCPU is the CPU this thread runs on (getcpu(2)), or -1.
+func currentCPU() int {
+	var cpu uint32
+	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
+		return -1
+	}
+	return int(cpu)
+}
+
 // procStart returns the start time (clock ticks since boot, field 22 of
 // /proc/<pid>/stat) and the state letter of a process.
 func procStart(pid int) (start uint64, state byte, err error) {
