@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll/bench"
+	"github.com/detcoll/detcoll/internal/binding/bindingtest"
 )
 
 // The Python side: python/tests/torch_*_check.py under torchrun, against
@@ -88,6 +89,9 @@ func TestMain(m *testing.M) {
 	if lib.path != "" {
 		os.RemoveAll(filepath.Dir(lib.path))
 	}
+	if tracer.path != "" {
+		os.RemoveAll(filepath.Dir(tracer.path))
+	}
 	os.Exit(code)
 }
 
@@ -131,6 +135,9 @@ func torchrun(t *testing.T, py, libPath string, w int, script string, args ...st
 		"PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1", "DETCOLL_TIMEOUT=60s", "DETCOLL_INIT_TIMEOUT=60s",
 		// Host tensors only: keep the library's CUDA backend out.
 		"DETCOLL_CUDA_LIB=/nonexistent/detcoll-test/libcuda.so.1")
+	if tr := abortTracer(t); tr != "" {
+		cmd.Env = append(cmd.Env, "LD_PRELOAD="+tr)
+	}
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("torchrun %s W=%d: timed out after 150 s\n%s", script, w, tail(out))
@@ -144,12 +151,73 @@ func torchrun(t *testing.T, py, libPath string, w int, script string, args ...st
 	return string(out)
 }
 
+var tracer struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// abortTracer builds testdata/abort_backtrace.c once per test binary: a
+// preload library after which an abort prints the aborting thread's native
+// backtrace (the rare SIGABRT at interpreter exit, docs/pytorch.md). Without
+// a host C compiler the ranks run without it, and the test logs so.
+func abortTracer(t *testing.T) string {
+	t.Helper()
+	tracer.once.Do(func() {
+		cc := bindingtest.CC()
+		if cc == "" {
+			tracer.err = errors.New("no host C compiler")
+			return
+		}
+		dir, err := os.MkdirTemp("", "detcoll-abort-")
+		if err != nil {
+			tracer.err = err
+			return
+		}
+		lib := filepath.Join(dir, "libabort_backtrace.so")
+		src := filepath.Join(repoRoot(), "internal", "torchref", "testdata", "abort_backtrace.c")
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", lib, src).CombinedOutput(); err != nil {
+			tracer.err = fmt.Errorf("%v: %s", err, out)
+			return
+		}
+		tracer.path = lib
+	})
+	if tracer.err != nil {
+		t.Logf("ranks run without the abort backtrace preload: %v", tracer.err)
+	}
+	return tracer.path
+}
+
 func tail(b []byte) string {
 	const max = 8000
 	if len(b) > max {
 		return "…" + string(b[len(b)-max:])
 	}
 	return string(b)
+}
+
+// TestAbortTracer: with the preload, a process that aborts prints its
+// native backtrace (so a rare abort of a torchrun rank says where it came
+// from), and the abort itself still kills it.
+func TestAbortTracer(t *testing.T) {
+	py := torchPython(t)
+	tr := abortTracer(t)
+	if tr == "" {
+		if os.Getenv("DETCOLL_REQUIRE_HOSTCC") == "1" {
+			t.Fatalf("the abort backtrace preload was not built: %v (DETCOLL_REQUIRE_HOSTCC=1)", tracer.err)
+		}
+		t.Skipf("the abort backtrace preload was not built: %v", tracer.err)
+	}
+	cmd := exec.Command(py, "-c", "import os; os.abort()")
+	cmd.Env = append(cleanEnv(), "LD_PRELOAD="+tr)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != -1 {
+		t.Fatalf("os.abort() under the preload: %v, want death by SIGABRT\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "native backtrace of the aborting thread") || !strings.Contains(string(out), "abort") {
+		t.Fatalf("no backtrace printed for the abort:\n%s", out)
+	}
 }
 
 // TestTorchLayers runs python/tests/torch_checks.py under torchrun at W =
