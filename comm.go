@@ -292,7 +292,11 @@ func (d *sharedDeadline) get(timeout time.Duration) context.Context {
 	slack := timeout / 100
 	if d.ctx == nil || now.Sub(d.start) > slack || d.ctx.Err() != nil {
 		d.stop()
-		d.ctx, d.cancel = context.WithDeadline(context.Background(), now.Add(timeout+slack))
+		total := timeout + slack
+		if total < timeout { // a timeout near the largest Duration ("never")
+			total = timeout
+		}
+		d.ctx, d.cancel = context.WithDeadline(context.Background(), now.Add(total))
 		d.start = now
 	}
 	return d.ctx

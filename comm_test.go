@@ -740,3 +740,23 @@ func TestSharedDeadline(t *testing.T) {
 		t.Error("Close left the shared deadline's timer running")
 	}
 }
+
+// TestSharedDeadlineHugeTimeout: a timeout near the largest Duration (a
+// caller's "never") must not wrap into a deadline in the past.
+func TestSharedDeadlineHugeTimeout(t *testing.T) {
+	comms := newComms(t, 2, WithTimeout(time.Duration(math.MaxInt64)))
+	c := comms[0]
+	c.mu.Lock()
+	ctx, _ := c.withTimeout(context.Background())
+	c.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("shared context with a timeout of %v: %v", time.Duration(math.MaxInt64), err)
+	}
+	if dl, _ := ctx.Deadline(); !dl.After(time.Now().Add(100 * 365 * 24 * time.Hour)) {
+		t.Fatalf("deadline %v is not a century away", dl)
+	}
+	mustEach(t, comms, func(c *Comm) error {
+		b := make([]byte, 8)
+		return c.AllReduce(context.Background(), b, b, FP32)
+	})
+}
