@@ -6,10 +6,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/detcoll/detcoll"
 	"github.com/detcoll/detcoll/dtype"
@@ -316,5 +319,98 @@ func TestCloseWithViewsHeld(t *testing.T) {
 	}
 	if string(views[1]) != "abc" {
 		t.Fatalf("held view reads %q", views[1])
+	}
+}
+
+// TestRotate: publications move along a slot a page at a time, start at 0
+// again when the next would pass the span, and always fit in it.
+func TestRotate(t *testing.T) {
+	const span = 16 * pageSize
+	cur := 0
+	var got []int
+	for _, n := range []int{1, pageSize, pageSize + 1, 0, 5 * pageSize, 8 * pageSize, span, 3} {
+		at := rotate(&cur, n, span)
+		if at%rotateAlign != 0 || at+n > span {
+			t.Fatalf("%d bytes at %d: not aligned or past the %d-byte span", n, at, span)
+		}
+		got = append(got, at)
+	}
+	want := []int{0, 1 * pageSize, 2 * pageSize, 4 * pageSize, 4 * pageSize, 0, 0, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("offsets %v, want %v", got, want)
+	}
+	if cur != pageSize {
+		t.Fatalf("cursor %d after a 3-byte publication at 0, want %d", cur, pageSize)
+	}
+}
+
+// TestWindowRotatesOffsets: successive publications of one slot start at
+// different offsets (the cache reason is in window_linux.go), and every rank's
+// views follow them.
+func TestWindowRotatesOffsets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winrot"), 2, Options{WindowBytes: 4 * minWindowBytes})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	const n = 16 << 10
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		starts := map[uintptr]bool{}
+		for k := 0; k < 2*(4*minWindowBytes/n); k++ {
+			slot, err := tr.Stage(ctx, n)
+			if err != nil {
+				return err
+			}
+			copy(slot, pattern(n, r*100+k))
+			views, err := tr.Publish(ctx, transport.Tag{Seq: uint64(k)})
+			if err != nil {
+				return err
+			}
+			for p, v := range views {
+				if !bytes.Equal(v, pattern(n, p*100+k)) {
+					return errors.New("publication " + strconv.Itoa(k) + ": rank " + strconv.Itoa(p) + "'s block differs")
+				}
+			}
+			starts[uintptr(unsafe.Pointer(unsafe.SliceData(views[1-r])))] = true
+			tr.Release()
+		}
+		if len(starts) != 2*(4*minWindowBytes/n) {
+			return errors.New("the peer's blocks started at " + strconv.Itoa(len(starts)) + " addresses, want one per publication")
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestWindowBadOffset: a header whose offset would put the block past the
+// slot fails every rank's Publish with ErrCorrupt, instead of handing out a
+// view of another rank's memory.
+func TestWindowBadOffset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winbad"), 2, Options{WindowBytes: minWindowBytes})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		if _, err := tr.Stage(ctx, 64); err != nil {
+			return err
+		}
+		if r == 1 {
+			tr.win.at = minWindowBytes - 32 // what a corrupt or foreign header says
+		}
+		_, err := tr.Publish(ctx, transport.Tag{})
+		if !errors.Is(err, transport.ErrCorrupt) {
+			return errors.New("Publish: " + fmt.Sprint(err) + ", want ErrCorrupt")
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
 	}
 }
