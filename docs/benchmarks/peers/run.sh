@@ -9,8 +9,9 @@
 #
 # Knobs (environment): ROUNDS (3), WORLDS ("2 4"), SMALL sizes ("4096 16384
 # 65536" bytes, ITERS_SMALL iterations per sample, 20, after WARMUP_SMALL
-# warm-up iterations, 200), LARGE sizes ("262144 1048576 4194304 16777216
-# 67108864", ITERS_LARGE, 3, WARMUP_LARGE, 2), SAMPLES per
+# warm-up iterations, 200), MEDIUM sizes ("262144 1048576", ITERS_MEDIUM,
+# 20, WARMUP_MEDIUM, 20), LARGE sizes ("4194304 16777216 67108864",
+# ITERS_LARGE, 3, WARMUP_LARGE, 2), SAMPLES per
 # run (3), PEERS (all five), NAME (the stem of the committed files,
 # peers-cpu-<date>). Sizes are detcoll's input_bytes per rank (see
 # mpi_bench.c). The median, min and max of a row are over every sample of
@@ -23,13 +24,20 @@ OUT=${1:-/tmp/detcoll-peers-$DATE}
 ROUNDS=${ROUNDS:-3}
 WORLDS=${WORLDS:-"2 4"}
 SMALL=${SMALL:-"4096 16384 65536"}
-LARGE=${LARGE:-"262144 1048576 4194304 16777216 67108864"}
+MEDIUM=${MEDIUM:-"262144 1048576"}
+LARGE=${LARGE:-"4194304 16777216 67108864"}
 ITERS_SMALL=${ITERS_SMALL:-20}
 # 200 warm-up iterations below 64 KiB, as the OSU micro-benchmarks skip
 # for small messages: with 2 the first samples of a row can fall in the
 # ms after the previous row, while the OS still runs both ranks on one
 # core (docs/shm.md, "Placement after a pause"), for every peer alike.
 WARMUP_SMALL=${WARMUP_SMALL:-200}
+# 256 KiB and 1 MiB had 3 iterations per sample until 2026-12-03: a
+# sample of 0.1–0.5 ms, so one scheduler hiccup on this 2-core machine
+# decided a row, for every peer alike (docs/benchmarks/peers-cpu-2026-12-03d.md
+# against e.md).
+ITERS_MEDIUM=${ITERS_MEDIUM:-20}
+WARMUP_MEDIUM=${WARMUP_MEDIUM:-20}
 WARMUP_LARGE=${WARMUP_LARGE:-2}
 ITERS_LARGE=${ITERS_LARGE:-3}
 SAMPLES=${SAMPLES:-3}
@@ -44,7 +52,7 @@ PY=/usr/bin/python3
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) logical cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
 	echo "go: $(go version | cut -d' ' -f3); open mpi: $(mpirun --version | head -1 | awk '{print $NF}'); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_LARGE=$ITERS_LARGE WARMUP_SMALL=$WARMUP_SMALL WARMUP_LARGE=$WARMUP_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
+	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' MEDIUM='$MEDIUM' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_MEDIUM=$ITERS_MEDIUM ITERS_LARGE=$ITERS_LARGE WARMUP_SMALL=$WARMUP_SMALL WARMUP_MEDIUM=$WARMUP_MEDIUM WARMUP_LARGE=$WARMUP_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
 	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/meta.txt"
 cat "$OUT/meta.txt"
@@ -98,6 +106,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 			peer=${peers[$(((k + round) % n))]}
 			echo "== round $round W=$w $peer ($(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg))"
 			run_peer "$peer" "$w" small "$ITERS_SMALL" "$WARMUP_SMALL" $SMALL
+			run_peer "$peer" "$w" medium "$ITERS_MEDIUM" "$WARMUP_MEDIUM" $MEDIUM
 			run_peer "$peer" "$w" large "$ITERS_LARGE" "$WARMUP_LARGE" $LARGE
 		done
 	done
