@@ -105,3 +105,39 @@ var benchDType = func() detcoll.DType {
 	}
 	return detcoll.FP32
 }()
+
+// BenchmarkReduceScatter: a detcoll ReduceScatter (fp32) over shm between
+// ranks of this process; n is each rank's send bytes (W blocks).
+//
+//	go test -run '^$' -bench ReduceScatter ./transport/shm/
+func BenchmarkReduceScatter(b *testing.B) {
+	for _, w := range []int{2, 4} {
+		for _, n := range []int{4 << 10, 64 << 10} {
+			b.Run(fmt.Sprintf("W=%d/%d", w, n), func(b *testing.B) {
+				ts := connectGroup(b, store.NewMemory(), uniquePrefix("benchrs"), w, Options{})
+				comms := make([]*detcoll.Comm, w)
+				for r := range comms {
+					comms[r], _ = detcoll.New(ts[r])
+					defer comms[r].Close()
+				}
+				ctx := context.Background()
+				send, recv := make([][]byte, w), make([][]byte, w)
+				for r := range send {
+					send[r], recv[r] = make([]byte, n), make([]byte, n/w)
+				}
+				b.SetBytes(int64(n))
+				b.ResetTimer()
+				if err := each(comms, func(c *detcoll.Comm) error {
+					for i := 0; i < b.N; i++ {
+						if err := c.ReduceScatter(ctx, send[c.Rank()], recv[c.Rank()], benchDType); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
