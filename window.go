@@ -194,8 +194,8 @@ func (c *Comm) inputs() [][]byte {
 // cachedPiece is below the size from which the Go runtime's memmove writes
 // with non-temporal stores on amd64 (1 MiB, runtime/memmove_amd64.s), which
 // bypass the cache. Bytes put in a window slot are read by every rank right
-// after, and the slots are reused every other call, so they belong in the
-// last-level cache the cores share: a 1 MiB AllGather at W = 2 took 230–250
+// after, and a slot's first MiB is reused within a few dozen calls, so they
+// belong in the last-level cache the cores share: a 1 MiB AllGather at W = 2 took 230–250
 // µs with one copy call per slot, 73–90 µs with these pieces (docs/shm.md,
 // "Copies and the cache").
 const cachedPiece = 256 << 10
