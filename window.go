@@ -159,15 +159,19 @@ func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot in
 }
 
 // reduceScatterWindow: piece j of every block goes into the slot (block b's
-// piece at b*n); rank r reduces block r's piece of every rank.
+// piece at b*n); rank r reduces block r's piece of every rank. A rank's own
+// block is not copied: no peer reads it, and the rank reduces it from send
+// (which may not overlap recv), 1/W less copying for the same bits.
 func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slot int, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) error {
-	w, bn := c.size, len(recv)
+	w, bn, me := c.size, len(recv), c.rank
 	inputs := c.inputs()
 	defer clear(inputs) // keep no view past the call
 	return pieces(bn, slot/w, dt.Size(), func(off, n int) error {
 		views, err := publish(ctx, sh, tg, w*n, func(s []byte) {
 			for b := 0; b < w; b++ {
-				copyCached(s[b*n:(b+1)*n], send[b*bn+off:b*bn+off+n])
+				if b != me {
+					copyCached(s[b*n:(b+1)*n], send[b*bn+off:b*bn+off+n])
+				}
 			}
 		}, sameLen(w*n))
 		if err != nil {
@@ -175,8 +179,9 @@ func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slo
 		}
 		defer sh.Release()
 		for p, v := range views {
-			inputs[p] = v[c.rank*n : (c.rank+1)*n]
+			inputs[p] = v[me*n : (me+1)*n]
 		}
+		inputs[me] = send[me*bn+off : me*bn+off+n]
 		return c.reducer.Reduce(dt, acc, inputs, recv[off:off+n])
 	})
 }

@@ -55,6 +55,11 @@
 // therefore fails a wait with transport.ErrPeerClosed within milliseconds
 // instead of waiting for the deadline.
 //
+// Two ranks that find each other busy-waiting on one CPU part: the higher
+// rank moves its thread to a CPU no peer waited on, by narrowing its
+// affinity to it and restoring the original mask at once, so no thread
+// stays pinned (at most once per 2 ms; DETCOLL_SHM_MOVE=0 turns it off).
+//
 // # Contract
 //
 // The transport package contract holds; messages already in the ring when a

@@ -29,7 +29,7 @@ const (
 	// spinning rank would take the core its peer needs).
 	busySpin = 30 * time.Microsecond
 	// shortSpin is the part of the spin before a waiter looks whether a
-	// peer shares its CPU (sharesCPU): most waits end sooner, and then cost
+	// peer shares its CPU (sharerOn): most waits end sooner, and then cost
 	// no getcpu(2) and no yield on a stale entry (W = 2, 4 KiB
 	// ReduceScatter 2.1 → 2.9 µs with the look at the start of the spin).
 	shortSpin = 3 * time.Microsecond
@@ -153,7 +153,8 @@ func (t *Transport) poll(ready func() bool, interrupted func() error) (bool, err
 		if spinUntil(ready, start+min(t.spin, int64(shortSpin))) {
 			return true, nil
 		}
-		if t.sharesCPU() {
+		cpu := currentCPU()
+		if sharer := t.sharerOn(cpu); sharer >= 0 && !t.moveOff(cpu, sharer) {
 			// Spinning on would hold the core the peer needs: yield it
 			// for the rest of the spin instead.
 			for deadline := start + t.spin; nanotime() < deadline; {
@@ -198,28 +199,14 @@ func spinUntil(ready func() bool, deadline int64) bool {
 	return false
 }
 
-// sharesCPU records the CPU this rank is about to busy-wait on and reports
-// whether another rank last began a busy wait on the same one. After a
-// pause the scheduler often places a woken rank on its waker's core, and
-// the two then take turns on it, each spinning out its whole spin while the
-// other waits to run (about 60 µs per step instead of 1–5; docs/shm.md,
-// "Placement after a pause"). A rank that finds a peer on its CPU yields
-// instead. A stale entry costs a few yields where a spin would have done.
-func (t *Transport) sharesCPU() bool { return t.sharesCPUOn(currentCPU()) }
-
-// sharesCPUOn is sharesCPU for a waiter on cpu (-1: not known).
-func (t *Transport) sharesCPUOn(cpu int) bool {
-	if cpu < 0 {
-		return false
-	}
-	t.seg.u32(t.seg.rankOff(t.rank) + rbCPU).Store(uint32(cpu) + 1)
-	for p := 0; p < t.size; p++ {
-		if p != t.rank && t.seg.u32(t.seg.rankOff(p)+rbCPU).Load() == uint32(cpu)+1 {
-			return true
-		}
-	}
-	return false
-}
+// sharerOn (placement_linux.go) records the CPU this rank is about to
+// busy-wait on and names a rank that last began a busy wait on the same
+// one. After a pause the scheduler often places a woken rank on its
+// waker's core, and the two then take turns on it, each spinning out its
+// whole spin while the other waits to run (about 60 µs per step instead of
+// 1–5; docs/shm.md, "Placement after a pause"). The higher rank of the two
+// moves to another CPU (moveOff); a rank that cannot yields instead. A
+// stale entry costs a move or a few yields where a spin would have done.
 
 // waitCheck runs a wait's own check (a peer in another collective) before
 // the interruptions: a peer that sent what shows the mismatch and then

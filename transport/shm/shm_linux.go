@@ -104,6 +104,7 @@ type Transport struct {
 
 	spin      int64        // ns of busy spinning before a sleep (0: none)
 	gosched   bool         // waits call runtime.Gosched (goschedWaits)
+	moved     atomic.Int64 // nanotime of this rank's last moveOff (placement_linux.go)
 	life      sync.RWMutex // held shared by every Send/Recv; Close takes it to unmap
 	closed    atomic.Bool
 	closeOnce sync.Once

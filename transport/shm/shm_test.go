@@ -605,23 +605,31 @@ func TestSharesCPU(t *testing.T) {
 		}
 	}()
 	word := func(r int) *atomic.Uint32 { return ts[0].seg.u32(ts[0].seg.rankOff(r) + rbCPU) }
-	if ts[0].sharesCPUOn(5) {
+	if ts[0].sharerOn(5) >= 0 {
 		t.Error("no peer has waited yet, but rank 0 finds one on its CPU")
 	}
 	if got := word(0).Load(); got != 6 {
 		t.Errorf("rank 0 waiting on CPU 5 recorded %d, want 6 (1 + the CPU)", got)
 	}
 	word(2).Store(5 + 1)
-	if !ts[0].sharesCPUOn(5) {
+	if got := ts[0].sharerOn(5); got != 2 {
+		t.Errorf("rank 0 on CPU 5 finds sharer %d, want rank 2", got)
+	}
+	word(1).Store(5 + 1)
+	if got := ts[2].sharerOn(5); got != 0 {
+		t.Errorf("ranks 0 and 1 last waited on CPU 5: rank 2 finds sharer %d, want the lowest, 0", got)
+	}
+	word(1).Store(0)
+	if ts[0].sharerOn(5) < 0 {
 		t.Error("rank 2 last waited on CPU 5, rank 0 waits there and does not see it")
 	}
-	if ts[0].sharesCPUOn(4) {
+	if ts[0].sharerOn(4) >= 0 {
 		t.Error("rank 0 on CPU 4 sees a peer on its CPU; rank 2 was on 5 and rank 1 never waited")
 	}
-	if !ts[1].sharesCPUOn(4) {
+	if ts[1].sharerOn(4) != 0 {
 		t.Error("rank 0 last waited on CPU 4, rank 1 waits there and does not see it")
 	}
-	if ts[0].sharesCPUOn(-1) {
+	if ts[0].sharerOn(-1) >= 0 {
 		t.Error("an unknown CPU matched a peer")
 	}
 }

@@ -414,3 +414,55 @@ func TestWindowBadOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestBarrierUsesWindow: over shm a Barrier is one empty publication (no
+// message per peer), and a Barrier on two ranks against an AllReduce on the
+// third, both agreed on before, is ErrMismatch on every rank.
+func TestBarrierUsesWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("barwin"), 3, Options{})
+	comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	b := func() []byte { return make([]byte, 4096) }
+	if err := each(comms, func(c *detcoll.Comm) error {
+		x := b()
+		if err := c.AllReduce(ctx, x, x, dtype.FP32); err != nil {
+			return err
+		}
+		return c.Barrier(ctx) // agrees on Barrier's signature
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := ts[0].win.pub
+	if err := each(comms, func(c *detcoll.Comm) error { return c.Barrier(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := ts[0].win.pub - before; got != 1 {
+		t.Fatalf("a Barrier made %d publications, want 1", got)
+	}
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r == 2 {
+				x := b()
+				errs[r] = c.AllReduce(ctx, x, x, dtype.FP32)
+				return
+			}
+			errs[r] = c.Barrier(ctx)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, detcoll.ErrMismatch) {
+			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+}
