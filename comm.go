@@ -344,14 +344,19 @@ func (cc callConfig) with(opts []Option) callConfig {
 // autoAllReduce is Auto's AllReduce algorithm for a call of bytes (elems
 // elements) per rank. Over a window the choice is between one publication
 // and W-fold arithmetic per rank (gather) and two publications and 1/W of
-// it (a2a): it turns on the element count, not the bytes (docs/shm.md,
-// "Choice and workers over a window"). Over messages a2a_tree moves the
+// it (a2a): it turns on the element count, not the bytes, and on whether
+// the host has a CPU for every rank (docs/shm.md, "Choice and workers over
+// a window"). Over messages a2a_tree moves the
 // same bytes as gather_tree at W = 2 in two steps instead of one, and wins
 // only once the halved arithmetic outweighs the second step
 // (docs/architecture.md, "Auto").
 func (c *Comm) autoAllReduce(bytes, elems int) Algorithm {
 	if sh, _ := c.window(); sh != nil {
-		if elems >= autoA2AWindowElems {
+		limit := autoA2AWindowElems
+		if c.size >= 4 && hostCPUs() >= c.size {
+			limit = autoA2AWindowElemsSpread
+		}
+		if elems >= limit {
 			return A2ATree
 		}
 		return GatherTree

@@ -662,22 +662,49 @@ func TestAutoChoice(t *testing.T) {
 			t.Errorf("W=%d AllReduce of %d bytes: Auto resolved to %v, want a2a_tree", w, autoA2ABytesW2, alg)
 		}
 	}
-	// Over a window the element count decides, at W = 2 too.
-	for _, w := range []int{2, 4} {
+	// Over a window the element count decides, at W = 2 too; from W = 4 on
+	// a host with a CPU for every rank, the lower threshold.
+	defer func(f func() int) { hostCPUs = f }(hostCPUs)
+	for _, w := range []int{2, 4, 8} {
 		comms := newComms(t, w)
 		c, err := New(windowed{comms[0].t})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close() // closes comms[0]'s transport too, as its own Close would
-		for _, k := range []struct {
-			elems int
-			want  Algorithm
-		}{{0, GatherTree}, {autoA2AWindowElems - 1, GatherTree}, {autoA2AWindowElems, A2ATree}, {1 << 20, A2ATree}} {
-			if alg, _ := c.resolve(nil, false, 2*k.elems, k.elems); alg != k.want {
-				t.Errorf("W=%d over a window, AllReduce of %d elements: Auto resolved to %v, want %v", w, k.elems, alg, k.want)
+		for _, cpus := range []int{2, w - 1, w, 64} {
+			hostCPUs = func() int { return cpus }
+			limit := autoA2AWindowElems
+			if w >= 4 && cpus >= w {
+				limit = autoA2AWindowElemsSpread
+			}
+			for _, k := range []struct {
+				elems int
+				want  Algorithm
+			}{{0, GatherTree}, {limit - 1, GatherTree}, {limit, A2ATree}, {1 << 20, A2ATree}} {
+				if alg, _ := c.resolve(nil, false, 2*k.elems, k.elems); alg != k.want {
+					t.Errorf("W=%d over a window, %d host CPUs, AllReduce of %d elements: Auto resolved to %v, want %v", w, cpus, k.elems, alg, k.want)
+				}
 			}
 		}
+	}
+	if autoA2AWindowElemsSpread >= autoA2AWindowElems {
+		t.Errorf("the spread threshold %d is not below the shared one %d", autoA2AWindowElemsSpread, autoA2AWindowElems)
+	}
+}
+
+// TestCountCPUList: the kernel's CPU list format, and what it refuses.
+func TestCountCPUList(t *testing.T) {
+	for s, want := range map[string]int{
+		"0\n": 1, "0-1\n": 2, "0-15": 16, "0-3,8-11\n": 8, "0,2,4": 3, "1-1": 1,
+		"": 0, "x": 0, "3-1": 0, "0-": 0, "-1": 0, "0,,1": 0,
+	} {
+		if got := countCPUList(s); got != want {
+			t.Errorf("countCPUList(%q) = %d, want %d", s, got, want)
+		}
+	}
+	if n := hostCPUs(); n < 1 {
+		t.Errorf("hostCPUs() = %d", n)
 	}
 }
 

@@ -115,6 +115,17 @@ const autoA2ABytesW2 = 2 << 20
 // 18.5 / 13.9, 1 MiB 184 / 117 (docs/shm.md).
 const autoA2AWindowElems = 32 << 10
 
+// autoA2AWindowElemsSpread replaces autoA2AWindowElems at W ≥ 4 when the
+// host has at least W CPUs online: ranks that need not take turns on cores
+// pay little for a2a's second publication, and the gather form's W-fold
+// reading is what costs. 16-core Xeon host, 2026-12-03, two rounds, µs,
+// gather / a2a: W = 8 fp32 4 KiB (1 Ki elements) 7.2–7.9 / 8.5–9.8, 16 KiB
+// 18.7–23.1 / 11.2, 64 KiB 65–69 / 25–32; bf16 4 KiB (2 Ki) 7.7–8.2 /
+// 9.3–11.4, 16 KiB 34–120 / 11–12; W = 4 fp32 16 KiB 13.1–13.2 / 9.0–154,
+// 64 KiB 34–36 / 19 (docs/shm.md). At W = 2 the same host favoured gather
+// at 256 KiB and 1 MiB, this 2-core one a2a: W = 2 keeps the one threshold.
+const autoA2AWindowElemsSpread = 4 << 10
+
 func elemsOf(bytes int, dt DType) int {
 	if sz := dt.Size(); sz > 0 {
 		return bytes / sz

@@ -19,12 +19,14 @@ const (
 	futexOpWake = 1
 )
 
-// futexWait sleeps while *w == val, at most d. Shared (not private) futex:
-// the word is in memory mapped by several processes.
-func futexWait(w *atomic.Uint32, val uint32, d time.Duration) {
+// futexWait sleeps while *w == val, at most d, and reports whether the
+// whole d passed. Shared (not private) futex: the word is in memory mapped
+// by several processes.
+func futexWait(w *atomic.Uint32, val uint32, d time.Duration) (timedOut bool) {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexOpWait, uintptr(val),
+	_, _, e := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexOpWait, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return e == unix.ETIMEDOUT
 }
 
 // futexWake wakes every sleeper on w.

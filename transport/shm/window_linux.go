@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/detcoll/detcoll/transport"
 )
@@ -213,6 +214,10 @@ func (t *Transport) Release() {
 	t.unhold()
 }
 
+// winWakes counts window sleeps that ended before their timeout (for the
+// test that a publication wakes a sleeper).
+var winWakes atomic.Int64
+
 // winWait blocks until ready(p) holds for every peer p, with the waits and
 // interruption checks of the rings. On failure it names the peer waited for.
 func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check func(p int) error) (int, error) {
@@ -254,7 +259,9 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 			waiters.Add(^uint32(0))
 			return -1, nil
 		}
-		futexWait(bell, seq, sleep)
+		if !futexWait(bell, seq, sleep) {
+			winWakes.Add(1)
+		}
 		waiters.Add(^uint32(0))
 		if pending() < 0 {
 			return -1, nil

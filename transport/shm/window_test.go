@@ -466,3 +466,51 @@ func TestBarrierUsesWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestBellWakesSleeper: a rank asleep in Publish (counted in offBellWts)
+// is woken by its peer's publication, not by its sleep's timeout (a lost
+// wake-up costs up to maxSleep per call and fails no other test). A
+// timeout can end a sleep that began just before the peer published, so
+// the wake-up is tried a few times: a publication that never rings for a
+// sleeper fails every try.
+func TestBellWakesSleeper(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("bell"), 2, Options{WindowBytes: minWindowBytes})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	waiters := ts[0].seg.u32(offBellWts)
+
+	publish := func(tr *Transport, k int) error {
+		if _, err := tr.Stage(ctx, 8); err != nil {
+			return err
+		}
+		if _, err := tr.Publish(ctx, transport.Tag{Phase: 3, Seq: uint64(k)}); err != nil {
+			return err
+		}
+		tr.Release()
+		return nil
+	}
+	woken := false
+	for k := 0; k < 5 && !woken; k++ {
+		done := make(chan error, 1)
+		go func() { done <- publish(ts[1], k) }()
+		for waiters.Load() == 0 { // rank 1 has spun, yielded and gone to sleep
+			if ctx.Err() != nil {
+				t.Fatal("rank 1 never slept on the bell")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		wakes := winWakes.Load()
+		if err := publish(ts[0], k); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		woken = winWakes.Load() > wakes
+	}
+	if !woken {
+		t.Fatal("in 5 tries no sleeping rank was woken by its peer's publication (each slept out its timeout)")
+	}
+}
