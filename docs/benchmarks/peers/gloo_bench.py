@@ -13,7 +13,8 @@ reduce_scatter: the W blocks each rank sends). A sample is the mean of
 prints one JSON line per (op, dtype, size), the same shape as mpi_bench:
     {"name", "op", "dtype", "world_size", "bytes", "samples_us"}
 An operation Gloo does not support prints {"...", "skipped": "reason"}
-(torch 1.13's Gloo has no reduce_scatter and no bf16 at all).
+(torch 1.13's Gloo has no reduce_scatter and no bf16 at all; later torch
+is asked for both unless --unsupported names them).
 """
 import argparse
 import json
@@ -29,8 +30,11 @@ p.add_argument("--samples", type=int, default=3)
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter")
 p.add_argument("--dtypes", default="fp32,bf16")
+p.add_argument("--unsupported", default="", help="ops or dtypes to skip (comma-separated)")
 p.add_argument("sizes", type=int, nargs="+")
 a = p.parse_args()
+unsupported = set(filter(None, a.unsupported.split(",")))
+legacy = int(torch.__version__.split(".")[0]) < 2
 
 dist.init_process_group("gloo")
 rank, w = dist.get_rank(), dist.get_world_size()
@@ -64,9 +68,13 @@ for dn in a.dtypes.split(","):
             row = {"name": a.name, "op": op, "dtype": dn, "world_size": w, "bytes": n * esz}
             # What torch 1.13's Gloo refuses (the errors it raised when tried;
             # a failed call leaves the group unusable, so they are not retried).
-            if op == "reduce_scatter":
+            # Later torch is asked for everything: --unsupported names what a
+            # probe found missing there.
+            if op in unsupported or dn in unsupported:
+                row["skipped"] = f"not supported by torch {torch.__version__}'s Gloo (--unsupported)"
+            elif legacy and op == "reduce_scatter":
                 row["skipped"] = "RuntimeError: ProcessGroupGloo does not support reduce_scatter"
-            elif dn == "bf16":
+            elif legacy and dn == "bf16":
                 row["skipped"] = "RuntimeError: Invalid scalar type (torch 1.13's Gloo has no bfloat16 collectives)"
             if "skipped" in row:
                 emit(row)

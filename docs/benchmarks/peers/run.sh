@@ -11,9 +11,15 @@
 # 65536" bytes, ITERS_SMALL iterations per sample, 20, after WARMUP_SMALL
 # warm-up iterations, 200), MEDIUM sizes ("262144 1048576", ITERS_MEDIUM,
 # 20, WARMUP_MEDIUM, 20), LARGE sizes ("4194304 16777216 67108864",
-# ITERS_LARGE, 3, WARMUP_LARGE, 2), SAMPLES per
-# run (3), PEERS (all five), NAME (the stem of the committed files,
-# peers-cpu-<date>). Sizes are detcoll's input_bytes per rank (see
+# ITERS_LARGE, 3, WARMUP_LARGE, 2), SAMPLES per run (3), PEERS (all five),
+# NAME (the stem of the committed files, peers-cpu-<date>), PY (the Python
+# with torch, /usr/bin/python3), TIMEOUT (seconds for one peer's run of one
+# size group, 1200). On a host without Go or Open MPI (the GPU machine):
+# DETCOLL_BIN (a prebuilt detcoll, used instead of building one), COMMIT
+# (what it was built from), PEERS without the mpi ones and GLOO_UNSUPPORTED
+# (ops or dtypes that torch's Gloo lacks there, for gloo_bench.py
+# --unsupported); the raw files are then collected on a machine with Go
+# (the last line says how). Sizes are detcoll's input_bytes per rank (see
 # mpi_bench.c). The median, min and max of a row are over every sample of
 # every round. detcoll rows are its `auto` algorithm.
 set -euo pipefail
@@ -43,15 +49,20 @@ ITERS_LARGE=${ITERS_LARGE:-3}
 SAMPLES=${SAMPLES:-3}
 PEERS=${PEERS:-"detcoll_shm detcoll_tcp mpi_shm mpi_tcp gloo"}
 NAME=${NAME:-peers-cpu-$DATE}
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}
+TIMEOUT=${TIMEOUT:-1200}
 
 . docs/benchmarks/peers/build.sh
 
 {
-	echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!docs/benchmarks' || echo ' (+ uncommitted changes)')"
+	if [ -n "${COMMIT:-}" ]; then
+		echo "commit: $COMMIT"
+	else
+		echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!docs/benchmarks' || echo ' (+ uncommitted changes)')"
+	fi
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) logical cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -sr)"
-	echo "go: $(go version | cut -d' ' -f3); open mpi: $(mpirun --version | head -1 | awk '{print $NF}'); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+	echo "go: $(go version 2>/dev/null | cut -d' ' -f3 || true); open mpi: $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}' || true); torch: $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || true)"
 	echo "command: ROUNDS=$ROUNDS WORLDS='$WORLDS' SMALL='$SMALL' MEDIUM='$MEDIUM' LARGE='$LARGE' ITERS_SMALL=$ITERS_SMALL ITERS_MEDIUM=$ITERS_MEDIUM ITERS_LARGE=$ITERS_LARGE WARMUP_SMALL=$WARMUP_SMALL WARMUP_MEDIUM=$WARMUP_MEDIUM WARMUP_LARGE=$WARMUP_LARGE SAMPLES=$SAMPLES bash docs/benchmarks/peers/run.sh"
 	echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/meta.txt"
@@ -67,7 +78,7 @@ run_peer() { # peer W group iters warmup sizes...
 	case $peer in
 	detcoll_shm | detcoll_tcp)
 		for dt in fp32 bf16; do
-			DETCOLL_TRANSPORT=${peer#detcoll_} timeout 1200 "$OUT/detcoll" bench --device cpu --nproc-per-node "$w" \
+			DETCOLL_TRANSPORT=${peer#detcoll_} timeout "$TIMEOUT" "$OUT/detcoll" bench --device cpu --nproc-per-node "$w" \
 				--dtype "$dt" --algorithms auto --size-bytes "$sizes_csv" --iterations "$iters" --samples "$SAMPLES" \
 				--warmup "$warmup" --output "$OUT/raw/$tag-$dt.detcoll.json" >"$OUT/raw/$tag-$dt.log" 2>&1 ||
 				echo "!! $tag $dt failed (see $OUT/raw/$tag-$dt.log)"
@@ -76,7 +87,7 @@ run_peer() { # peer W group iters warmup sizes...
 	mpi_shm | mpi_tcp)
 		local btl=self,vader
 		[ "$peer" = mpi_tcp ] && btl=self,tcp
-		timeout 1200 "${MPIRUN[@]}" "$w" "${MPIOPT[@]}" --mca btl "$btl" "$OUT/mpi_bench" -n "$peer" \
+		timeout "$TIMEOUT" "${MPIRUN[@]}" "$w" "${MPIOPT[@]}" --mca btl "$btl" "$OUT/mpi_bench" -n "$peer" \
 			-i "$iters" -s "$SAMPLES" -w "$warmup" "$@" >"$OUT/raw/$tag.jsonl" 2>"$OUT/raw/$tag.log" ||
 			echo "!! $tag failed (see $OUT/raw/$tag.log)"
 		;;
@@ -85,8 +96,8 @@ run_peer() { # peer W group iters warmup sizes...
 		local pids=()
 		for ((r = 0; r < w; r++)); do
 			RANK=$r WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-				timeout 1200 $PY docs/benchmarks/peers/gloo_bench.py --name gloo --iters "$iters" \
-				--samples "$SAMPLES" --warmup "$warmup" "$@" >"$OUT/raw/$tag.rank$r.jsonl" 2>"$OUT/raw/$tag.rank$r.log" &
+				timeout "$TIMEOUT" $PY docs/benchmarks/peers/gloo_bench.py --name gloo --iters "$iters" \
+				--samples "$SAMPLES" --warmup "$warmup" --unsupported "${GLOO_UNSUPPORTED:-}" "$@" >"$OUT/raw/$tag.rank$r.jsonl" 2>"$OUT/raw/$tag.rank$r.log" &
 			pids+=($!)
 		done
 		for p in "${pids[@]}"; do wait "$p" || echo "!! $tag failed (see $OUT/raw/$tag.rank*.log)"; done
@@ -113,5 +124,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.txt"
 
+if ! command -v go >/dev/null; then
+	echo "no Go here: collect with  go run ./docs/benchmarks/peers/collect -in $OUT/raw -meta $OUT/meta.txt -out docs/benchmarks/$NAME"
+	exit 0
+fi
 go run ./docs/benchmarks/peers/collect -in "$OUT/raw" -meta "$OUT/meta.txt" -out "docs/benchmarks/$NAME"
 echo "wrote docs/benchmarks/$NAME.{md,json,png}"
