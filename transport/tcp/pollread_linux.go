@@ -12,6 +12,24 @@ import (
 // pollParks counts reads whose poll budget ran out (for tests).
 var pollParks atomic.Int64
 
+// pollers is how many of this process's reads are polling now; pollGoscheds
+// counts their runtime.Gosched calls (for tests).
+var pollers, pollGoscheds atomic.Int64
+
+// goschedEvery: a polling read that leaves a P free for this process's
+// other goroutines calls runtime.Gosched only every goschedEvery attempts.
+// With more than one P, Gosched puts the goroutine on the global run queue
+// and wakes an idle P's thread (runtime.wakep), which takes it over while
+// the first thread parks: two futex calls and a thread switch per attempt.
+// At W = 8 on a 16-core host (GOMAXPROCS 2 per rank) a 4 KiB AllReduce took
+// 79–184 µs so, and 75–78 with GOMAXPROCS 1, where Gosched is only a
+// function call (docs/benchmarks/tcp-loopback.md, "W = 8 on a 16-core
+// host"). The shm transport's waits made the same cut (docs/shm.md,
+// "Gosched in the waits"). Every so often it still yields, so a goroutine
+// of the application that holds the other Ps cannot keep a sender of this
+// process waiting for the whole budget.
+const goschedEvery = 16
+
 // pollReader is the receiving direction's socket reader when Options.Poll
 // is positive. A read that finds the socket empty tries again, giving the
 // CPU away with sched_yield between attempts, until data comes or the
@@ -31,10 +49,16 @@ type pollReader struct {
 	fn     func(fd uintptr) bool
 	budget time.Duration
 
+	procs int64 // GOMAXPROCS when the reader was made
+
 	p     []byte
 	n     int
 	err   error
 	until time.Time // zero until the first empty read of this Read
+	tries int       // empty reads of this Read
+	// polling: this Read is counted in pollers (from its first empty read
+	// until it parks or returns)
+	polling bool
 }
 
 // newPollReader returns c itself when budget is not positive.
@@ -46,7 +70,7 @@ func newPollReader(c *net.TCPConn, budget time.Duration) io.Reader {
 	if err != nil {
 		return c
 	}
-	r := &pollReader{rc: rc, budget: budget}
+	r := &pollReader{rc: rc, budget: budget, procs: int64(runtime.GOMAXPROCS(0))}
 	r.fn = r.read
 	return r
 }
@@ -71,17 +95,33 @@ func (r *pollReader) read(fd uintptr) bool {
 		switch {
 		case r.until.IsZero():
 			r.until = now.Add(r.budget)
+			r.polling = true
+			pollers.Add(1)
 		case now.After(r.until):
 			pollParks.Add(1)
+			r.donePolling()
 			return false
 		}
-		// Let this process's other goroutines run first: with one P (the
-		// launcher's GOMAXPROCS on a small host) the goroutine sending this
-		// step's large frame would otherwise wait for the whole budget,
-		// and so would the peer reading it (256 KiB exchanges: ~300 µs
-		// without, ~90 with). Then let other processes' threads run.
-		runtime.Gosched()
+		// Let this process's other goroutines run first when polling reads
+		// may hold every P: with one P (the launcher's GOMAXPROCS on a
+		// small host) the goroutine sending this step's large frame would
+		// otherwise wait for the whole budget, and so would the peer
+		// reading it (256 KiB exchanges: ~300 µs without, ~90 with).
+		// Otherwise only now and then (goschedEvery). Then let other
+		// processes' threads run.
+		r.tries++
+		if pollers.Load() >= r.procs || r.tries%goschedEvery == 0 {
+			pollGoscheds.Add(1)
+			runtime.Gosched()
+		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+}
+
+func (r *pollReader) donePolling() {
+	if r.polling {
+		r.polling = false
+		pollers.Add(-1)
 	}
 }
 
@@ -89,8 +129,9 @@ func (r *pollReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	r.p, r.n, r.err, r.until = p, 0, nil, time.Time{}
+	r.p, r.n, r.err, r.until, r.tries = p, 0, nil, time.Time{}, 0
 	err := r.rc.Read(r.fn)
+	r.donePolling()
 	r.p = nil // do not keep the caller's buffer
 	switch {
 	case r.err != nil:

@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -149,5 +150,43 @@ func TestPollReaderLetsGoroutinesRun(t *testing.T) {
 	}
 	if d := pollParks.Load() - parks; d != 0 {
 		t.Errorf("the read parked %d times: its poll kept the writer goroutine from running", d)
+	}
+}
+
+// A polling read calls runtime.Gosched at every attempt while polling reads
+// may hold every P (one P: the writer goroutine must get it), and only every
+// goschedEvery attempts while a P is free (each Gosched then wakes an idle
+// P's thread to take the reader over). Whatever calls Gosched, every read
+// ends with its data and none is left counted as polling.
+func TestPollReaderGoschedOnlyWhenPsAreHeld(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			w, c := rawPair(t)
+			r := newPollReader(c, time.Second).(*pollReader)
+			before := pollGoscheds.Load()
+			go func() {
+				time.Sleep(3 * time.Millisecond)
+				w.Write([]byte("x"))
+			}()
+			buf := make([]byte, 1)
+			if n, err := r.Read(buf); n != 1 || err != nil {
+				t.Fatalf("read: %d, %v", n, err)
+			}
+			tries, calls := r.tries, int(pollGoscheds.Load()-before)
+			if tries < goschedEvery {
+				t.Skipf("only %d empty reads in 3 ms: too few to tell the rules apart", tries)
+			}
+			want := tries / goschedEvery
+			if procs == 1 {
+				want = tries
+			}
+			if calls != want {
+				t.Errorf("%d empty reads made %d Gosched calls, want %d", tries, calls, want)
+			}
+			if n := pollers.Load(); n != 0 {
+				t.Errorf("%d reads still counted as polling after the read", n)
+			}
+		})
 	}
 }
