@@ -787,3 +787,21 @@ func TestSharedDeadlineHugeTimeout(t *testing.T) {
 		return c.AllReduce(context.Background(), b, b, FP32)
 	})
 }
+
+// FuzzCountCPUList: any text gives a count ≥ 0 without panicking, and a
+// list written from a set of ranges counts their CPUs.
+func FuzzCountCPUList(f *testing.F) {
+	for _, s := range []string{"0", "0-15\n", "0-3,8-11", "", "3-1", "a-b", "0,,1", "-"} {
+		f.Add(s, uint8(0), uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, s string, lo, span uint8) {
+		if n := countCPUList(s); n < 0 {
+			t.Fatalf("countCPUList(%q) = %d", s, n)
+		}
+		a, b := int(lo), int(lo)+int(span)
+		list := fmt.Sprintf("%d-%d,%d\n", a, b, b+1)
+		if got, want := countCPUList(list), b-a+2; got != want {
+			t.Fatalf("countCPUList(%q) = %d, want %d", list, got, want)
+		}
+	})
+}
