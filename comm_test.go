@@ -698,6 +698,7 @@ func TestCountCPUList(t *testing.T) {
 	for s, want := range map[string]int{
 		"0\n": 1, "0-1\n": 2, "0-15": 16, "0-3,8-11\n": 8, "0,2,4": 3, "1-1": 1,
 		"": 0, "x": 0, "3-1": 0, "0-": 0, "-1": 0, "0,,1": 0,
+		"0-9223372036854775807": 0, "0-1048576": 1048577, "1048577": 0,
 	} {
 		if got := countCPUList(s); got != want {
 			t.Errorf("countCPUList(%q) = %d, want %d", s, got, want)
@@ -791,7 +792,7 @@ func TestSharedDeadlineHugeTimeout(t *testing.T) {
 // FuzzCountCPUList: any text gives a count ≥ 0 without panicking, and a
 // list written from a set of ranges counts their CPUs.
 func FuzzCountCPUList(f *testing.F) {
-	for _, s := range []string{"0", "0-15\n", "0-3,8-11", "", "3-1", "a-b", "0,,1", "-"} {
+	for _, s := range []string{"0", "0-15\n", "0-3,8-11", "", "3-1", "a-b", "0,,1", "-", "0-9223372036854775807"} {
 		f.Add(s, uint8(0), uint8(0))
 	}
 	f.Fuzz(func(t *testing.T, s string, lo, span uint8) {

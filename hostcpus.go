@@ -21,6 +21,10 @@ var hostCPUs = sync.OnceValue(func() int {
 	return runtime.NumCPU()
 })
 
+// maxCPUID bounds the CPU numbers countCPUList accepts (the kernel's
+// NR_CPUS is at most 8192), so that no list can overflow the count.
+const maxCPUID = 1 << 20
+
 // countCPUList counts the CPUs of a kernel CPU list ("0-3,8-11\n"); 0 when
 // it does not parse.
 func countCPUList(s string) int {
@@ -28,12 +32,12 @@ func countCPUList(s string) int {
 	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
+		if err != nil || a < 0 || a > maxCPUID {
 			return 0
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b > maxCPUID {
 				return 0
 			}
 		}
