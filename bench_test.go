@@ -118,7 +118,7 @@ func BenchmarkCollective(b *testing.B) {
 		}
 		cases := []cs{{"Barrier", func(c *Comm, _ []byte) error { return c.Barrier(context.Background()) }, 0}}
 		for _, n := range []int{4 << 10, 1 << 20} {
-			for _, alg := range []Algorithm{GatherTree, A2ATree} {
+			for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
 				cases = append(cases, cs{fmt.Sprintf("AllReduce-%v-%dB", alg, n), func(c *Comm, buf []byte) error {
 					return c.AllReduce(context.Background(), buf, buf, FP32, WithAlgorithm(alg))
 				}, n})

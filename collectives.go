@@ -29,7 +29,7 @@ func (c *Comm) checkElems(op, what string, b []byte, dt DType) error {
 }
 
 func (c *Comm) checkAlgAcc(op string, alg Algorithm, acc Accumulate) error {
-	if alg != GatherTree && alg != A2ATree {
+	if alg != GatherTree && alg != A2ATree && alg != RecursiveDoubling {
 		return c.argErr(op, "unknown algorithm %v", alg)
 	}
 	if !acc.Valid() {
@@ -62,10 +62,14 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts 
 			return signature{}, err
 		}
 		count = len(send) / dt.Size()
+		alg = c.runsAs(alg, dt, acc)
 		return signature{op: opAllReduce, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(count)}, nil
 	}, func(ctx context.Context, call agree.Call) error {
-		if alg == GatherTree {
+		switch alg {
+		case GatherTree:
 			return c.allReduceGather(ctx, call, send, recv, dt, acc)
+		case RecursiveDoubling:
+			return c.allReduceDoubling(ctx, call, send, recv, dt, acc)
 		}
 		return c.allReduceA2A(ctx, call, send, recv, dt, acc, count)
 	})
@@ -92,6 +96,81 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 		return err
 	}
 	return c.reducer.Reduce(dt, acc, inputs, recv)
+}
+
+// allReduceDoubling evaluates the tree level by level on every rank
+// (tree.DoublingSteps): at each level a rank sends its block's value to the
+// sibling block and adds the sibling's value it receives, log2(W) steps of
+// one message each instead of gather_tree's one step of W-1 messages.
+// The partials it sends are rounded to the dtype, as every node of the tree
+// is in the native accumulation; fp16 and bf16 with f32 accumulation would
+// need float32 partials and run as gather_tree instead (runsAs).
+func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	steps := tree.DoublingSteps(c.size, c.rank)
+	tmp := c.workspace(len(send))
+	cur := send
+	tg := tag(phaseDoubling, call)
+	for _, st := range steps {
+		if st.From < 0 {
+			continue
+		}
+		err := c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) {
+				for _, q := range st.To {
+					if q == p {
+						return cur, true
+					}
+				}
+				return nil, false
+			},
+			func(p int) ([]byte, bool) { return tmp, p == st.From })
+		if err != nil {
+			return err
+		}
+		in := [][]byte{tmp, cur}
+		if st.Left {
+			in[0], in[1] = cur, tmp
+		}
+		if err := c.reducer.Reduce(dt, acc, in, recv); err != nil {
+			return err
+		}
+		cur = recv
+	}
+	if same(cur, send) {
+		return c.reducer.Reduce(dt, acc, [][]byte{send}, recv)
+	}
+	return nil
+}
+
+// allGatherDoubling gathers in the steps of tree.DoublingSteps: at each
+// level a rank sends the blocks its tree block has gathered so far and
+// receives the sibling block's, log2(W) steps instead of one step of W-1
+// messages. This rank's block is already in place in recv.
+func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []byte, n int) error {
+	w := c.size
+	for l, st := range tree.DoublingSteps(w, c.rank) {
+		if st.From < 0 {
+			continue
+		}
+		lo := c.rank >> l << l
+		sib := lo ^ (1 << l)
+		mine := recv[lo*n : min(lo+1<<l, w)*n]
+		theirs := recv[sib*n : min(sib+1<<l, w)*n]
+		err := c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) {
+				for _, q := range st.To {
+					if q == p {
+						return mine, true
+					}
+				}
+				return nil, false
+			},
+			func(p int) ([]byte, bool) { return theirs, p == st.From })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Comm) allReduceA2A(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate, count int) error {
@@ -156,6 +235,9 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 			return c.allGatherWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt.Size())
 		}
 		copy(recv[c.rank*n:], send) // a no-op copy when in place
+		if c.gatherDoubling(n) {
+			return c.allGatherDoubling(ctx, tag(phaseDoubling, call), recv, n)
+		}
 		return c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
 	})
 }

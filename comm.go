@@ -52,6 +52,9 @@ type commConfig struct {
 	alg     Algorithm
 	acc     Accumulate
 	reducer *reduce.Reducer
+	// gatherDoublingBytes is the largest AllGather block (bytes per rank)
+	// that goes by recursive doubling over messages; the tests lower it.
+	gatherDoublingBytes int
 }
 
 // CommOption configures New and NewInProc.
@@ -96,7 +99,7 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 		return nil, fmt.Errorf("detcoll: New: %w: nil transport", ErrInvalidArgument)
 	}
 	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), agr: newAgreement()}
-	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative}
+	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative, gatherDoublingBytes: autoDoublingGatherBytes}
 	for _, o := range opts {
 		o(&c.cfg)
 	}
@@ -320,7 +323,7 @@ func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Alg
 	if len(opts) > 0 {
 		cc = cc.with(opts)
 	}
-	if cc.alg == Auto && reduceScatter {
+	if reduceScatter && (cc.alg == Auto || cc.alg == RecursiveDoubling) {
 		cc.alg = A2ATree
 	}
 	if cc.alg == Auto {
@@ -364,7 +367,31 @@ func (c *Comm) autoAllReduce(bytes, elems int) Algorithm {
 	if bytes >= autoA2ABytes && c.size > 2 || bytes >= autoA2ABytesW2 {
 		return A2ATree
 	}
+	if c.size >= autoDoublingMinW {
+		return RecursiveDoubling
+	}
 	return GatherTree
+}
+
+// runsAs is the algorithm an AllReduce asked to run alg runs: recursive
+// doubling only over messages and with partials in the dtype.
+func (c *Comm) runsAs(alg Algorithm, dt DType, acc Accumulate) Algorithm {
+	if alg != RecursiveDoubling {
+		return alg
+	}
+	if sh, _ := c.window(); sh != nil || acc == AccumulateF32 && dt.Size() == 2 {
+		return GatherTree
+	}
+	return alg
+}
+
+// gatherDoubling reports whether an AllGather of n bytes per rank runs in
+// the steps of recursive doubling rather than as one step of W-1 messages.
+func (c *Comm) gatherDoubling(n int) bool {
+	if sh, _ := c.window(); sh != nil {
+		return false
+	}
+	return c.size >= autoDoublingMinW && n <= c.cfg.gatherDoublingBytes
 }
 
 // Tag phases: the step of a collective a message belongs to. With the call
@@ -381,6 +408,7 @@ const (
 	phaseScatter
 	phaseBarrier
 	phaseSplit
+	phaseDoubling
 )
 
 // tag is the tag of every message of call in the given phase. Every

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/detcoll/detcoll/reduce"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/transport/inproc"
+	"github.com/detcoll/detcoll/tree"
 )
 
 // each runs fn on every rank concurrently and returns the per-rank errors.
@@ -100,7 +102,7 @@ func sweepCounts(w int) []int {
 	return c
 }
 
-// TestAllReduceMatchesOracle: both algorithms, every W 1…16, dtype, mode and
+// TestAllReduceMatchesOracle: every algorithm, every W 1…16, dtype, mode and
 // a sweep of counts (0, 1, < W, prime, not divisible by W, large) give the
 // oracle's bits on every rank.
 func TestAllReduceMatchesOracle(t *testing.T) {
@@ -118,7 +120,7 @@ func TestAllReduceMatchesOracle(t *testing.T) {
 						ins[r] = randomBuf(rng, dt, count)
 					}
 					want := oracle(t, dt, acc, ins)
-					for _, alg := range []Algorithm{GatherTree, A2ATree} {
+					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
 						outs := make([][]byte, w)
 						inPlace := count%2 == 1
 						mustEach(t, comms, func(c *Comm) error {
@@ -142,10 +144,22 @@ func TestAllReduceMatchesOracle(t *testing.T) {
 	}
 }
 
+// TestAllGather: both forms over messages (one step of W-1 messages, and
+// recursive doubling, which Auto uses for small blocks from W = 4 on).
 func TestAllGather(t *testing.T) {
-	for _, w := range []int{1, 2, 3, 5, 8, 13} {
-		comms := newComms(t, w)
-		for _, count := range []int{0, 1, 3, 1025} {
+	direct := func(cfg *commConfig) { cfg.gatherDoublingBytes = -1 }
+	for _, w := range []int{1, 2, 3, 4, 5, 6, 7, 8, 13, 16} {
+		for _, opts := range [][]CommOption{nil, {direct}} {
+			testAllGather(t, w, opts)
+		}
+	}
+}
+
+func testAllGather(t *testing.T, w int, opts []CommOption) {
+	t.Helper()
+	{
+		comms := newComms(t, w, opts...)
+		for _, count := range []int{0, 1, 3, 1025, autoDoublingGatherBytes/4 + 1} {
 			for _, inPlace := range []bool{false, true} {
 				outs := make([][]byte, w)
 				mustEach(t, comms, func(c *Comm) error {
@@ -164,7 +178,7 @@ func TestAllGather(t *testing.T) {
 				}
 				for r, o := range outs {
 					if !bytes.Equal(o, want) {
-						t.Fatalf("W=%d count=%d in-place=%v: rank %d wrong", w, count, inPlace, r)
+						t.Fatalf("W=%d count=%d in-place=%v direct=%v: rank %d wrong", w, count, inPlace, opts != nil, r)
 					}
 				}
 			}
@@ -188,7 +202,7 @@ func TestReduceScatterMatchesOracle(t *testing.T) {
 					ins[r] = randomBuf(rng, dt, w*count)
 				}
 				full := oracle(t, dt, AccumulateNative, ins)
-				for _, alg := range []Algorithm{GatherTree, A2ATree} {
+				for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
 					outs := make([][]byte, w)
 					mustEach(t, comms, func(c *Comm) error {
 						outs[c.Rank()] = make([]byte, count*dt.Size())
@@ -506,6 +520,40 @@ func TestDeadPeer(t *testing.T) {
 	}
 }
 
+// TestDeadPeerMidDoubling: with the signature agreed, a rank that dies
+// before a recursive-doubling AllReduce or AllGather is a peer of only one
+// rank per level; the failures cascade (a failing rank closes its
+// transport), so every rank errs well within the timeout, not at it.
+func TestDeadPeerMidDoubling(t *testing.T) {
+	const timeout = 20 * time.Second
+	for _, op := range []string{"AllReduce", "AllGather"} {
+		comms := newComms(t, 8, WithTimeout(timeout))
+		call := func(c *Comm) error {
+			b := make([]byte, 1024)
+			if op == "AllReduce" {
+				return c.AllReduce(context.Background(), b, b, FP32)
+			}
+			return c.AllGather(context.Background(), b, make([]byte, 8*len(b)), FP32)
+		}
+		mustEach(t, comms, call) // agrees on the signature
+		start := time.Now()
+		errs := each(comms, func(c *Comm) error {
+			if c.Rank() == 7 {
+				return c.Close()
+			}
+			return call(c)
+		})
+		for r := 0; r < 7; r++ {
+			if errs[r] == nil {
+				t.Fatalf("%s: rank %d: collective with a dead peer succeeded", op, r)
+			}
+		}
+		if d := time.Since(start); d > timeout/4 {
+			t.Fatalf("%s: dead peer took %v to surface (timeout %v)", op, d, timeout)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	comms := newComms(t, 2)
 	c := comms[0]
@@ -635,9 +683,11 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 
 // TestAutoChoice: Auto ReduceScatter is A2ATree at every size and W (its
 // gather form receives W times the bytes for the same bits); Auto AllReduce
-// keeps GatherTree below autoA2ABytes and at W = 2.
+// over messages is RecursiveDoubling below autoA2ABytes from W = 4 on,
+// GatherTree at W = 2 and 3; over a window recursive doubling runs as
+// GatherTree.
 func TestAutoChoice(t *testing.T) {
-	for _, w := range []int{2, 3, 4} {
+	for _, w := range []int{2, 3, 4, 8} {
 		comms := newComms(t, w)
 		c := comms[0]
 		for _, n := range []int{0, 4, 4096, autoA2ABytes, 1 << 20} {
@@ -648,8 +698,25 @@ func TestAutoChoice(t *testing.T) {
 				t.Errorf("W=%d ReduceScatter of %d bytes with gather_tree asked: resolved to %v", w, n, alg)
 			}
 		}
-		if alg, _ := c.resolve(nil, false, 4096, 1024); alg != GatherTree {
-			t.Errorf("W=%d AllReduce of 4 KiB: Auto resolved to %v, want gather_tree", w, alg)
+		small := GatherTree
+		if w >= autoDoublingMinW {
+			small = RecursiveDoubling
+		}
+		if alg, _ := c.resolve(nil, false, 4096, 1024); alg != small {
+			t.Errorf("W=%d AllReduce of 4 KiB: Auto resolved to %v, want %v", w, alg, small)
+		}
+		if alg, _ := c.resolve([]Option{WithAlgorithm(RecursiveDoubling)}, true, 4096, 1024); alg != A2ATree {
+			t.Errorf("W=%d ReduceScatter with recursive_doubling asked: resolved to %v, want a2a_tree", w, alg)
+		}
+		for _, k := range []struct {
+			dt   DType
+			acc  Accumulate
+			want Algorithm
+		}{{FP32, AccumulateNative, RecursiveDoubling}, {BF16, AccumulateNative, RecursiveDoubling},
+			{BF16, AccumulateF32, GatherTree}, {FP16, AccumulateF32, GatherTree}, {FP64, AccumulateF32, RecursiveDoubling}} {
+			if got := c.runsAs(RecursiveDoubling, k.dt, k.acc); got != k.want {
+				t.Errorf("W=%d recursive_doubling for %v, accumulate %v, runs as %v, want %v", w, k.dt, k.acc, got, k.want)
+			}
 		}
 		want := A2ATree
 		if w == 2 {
@@ -684,6 +751,12 @@ func TestAutoChoice(t *testing.T) {
 			}{{0, GatherTree}, {limit - 1, GatherTree}, {limit, A2ATree}, {1 << 20, A2ATree}} {
 				if alg, _ := c.resolve(nil, false, 2*k.elems, k.elems); alg != k.want {
 					t.Errorf("W=%d over a window, %d host CPUs, AllReduce of %d elements: Auto resolved to %v, want %v", w, cpus, k.elems, alg, k.want)
+				}
+				if got := c.runsAs(RecursiveDoubling, FP32, AccumulateNative); got != GatherTree {
+					t.Errorf("W=%d over a window: recursive_doubling runs as %v, want gather_tree", w, got)
+				}
+				if c.gatherDoubling(64) {
+					t.Errorf("W=%d over a window: AllGather by recursive doubling", w)
 				}
 			}
 		}
@@ -805,4 +878,67 @@ func FuzzCountCPUList(f *testing.F) {
 			t.Fatalf("countCPUList(%q) = %d, want %d", list, got, want)
 		}
 	})
+}
+
+// countingTransport counts the data messages a rank sends (not the
+// signature exchange, phaseSig).
+type countingTransport struct {
+	transport.Transport
+	sends *atomic.Int64
+}
+
+func (c countingTransport) Send(ctx context.Context, peer int, tg transport.Tag, buf []byte) error {
+	if tg.Phase != phaseSig {
+		c.sends.Add(1)
+	}
+	return c.Transport.Send(ctx, peer, tg, buf)
+}
+
+// TestRecursiveDoublingMessages: a small AllReduce and AllGather at W ≥ 4
+// send the messages of tree.DoublingSteps (⌈log2 W⌉ per rank at W = 2^k),
+// not W-1 per rank, and an AllReduce with gather_tree asked sends W-1.
+func TestRecursiveDoublingMessages(t *testing.T) {
+	for _, w := range []int{4, 6, 8} {
+		ts, err := inproc.New(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sends atomic.Int64
+		comms := make([]*Comm, w)
+		for r := range comms {
+			if comms[r], err = New(countingTransport{ts[r], &sends}); err != nil {
+				t.Fatal(err)
+			}
+			defer comms[r].Close()
+		}
+		var want int64
+		for r := 0; r < w; r++ {
+			for _, st := range tree.DoublingSteps(w, r) {
+				want += int64(len(st.To))
+			}
+		}
+		for _, k := range []struct {
+			name string
+			call func(c *Comm) error
+			want int64
+		}{
+			{"AllReduce auto", func(c *Comm) error { b := make([]byte, 4096); return c.AllReduce(context.Background(), b, b, FP32) }, want},
+			{"AllReduce gather_tree", func(c *Comm) error {
+				b := make([]byte, 4096)
+				return c.AllReduce(context.Background(), b, b, FP32, WithAlgorithm(GatherTree))
+			}, int64(w * (w - 1))},
+			{"AllGather", func(c *Comm) error {
+				return c.AllGather(context.Background(), make([]byte, 64), make([]byte, 64*w), FP32)
+			}, want},
+		} {
+			sends.Store(0)
+			mustEach(t, comms, k.call)
+			if got := sends.Load(); got != k.want {
+				t.Errorf("W=%d %s: %d messages, want %d", w, k.name, got, k.want)
+			}
+		}
+		if w == 8 && want != 8*3 {
+			t.Errorf("W=8: recursive doubling sends %d messages, want 24", want)
+		}
+	}
 }

@@ -39,9 +39,10 @@ const (
 type Algorithm uint8
 
 const (
-	// Auto picks by size for AllReduce (GatherTree for small messages and
-	// at W = 2, A2ATree otherwise) and A2ATree for ReduceScatter at every
-	// size (docs/architecture.md, "Auto").
+	// Auto picks by size for AllReduce (over messages: RecursiveDoubling
+	// for small messages at W ≥ 4, GatherTree at W = 2 and 3, A2ATree for
+	// large ones; over a shared-memory window GatherTree or A2ATree) and
+	// A2ATree for ReduceScatter at every size (docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
 	// transport-only path): (W-1)·N bytes received per rank.
@@ -59,9 +60,21 @@ const (
 	// every peer, in one kernel and bandwidth-optimal. Transports without
 	// peer memory run it as A2ATree.
 	TwoShot
+	// RecursiveDoubling evaluates the tree level by level on every rank:
+	// at level l each rank sends the value of its block of 2^l ranks to
+	// the sibling block and adds the sibling's, the lower block on the
+	// left (tree.DoublingSteps). ⌈log2 W⌉ steps of one message of N bytes
+	// each instead of gather_tree's one step of W-1 messages: the
+	// low-latency AllReduce over point-to-point messages. It is an
+	// AllReduce algorithm; where it cannot run it runs as GatherTree, with
+	// the same bits: over a shared-memory window (one publication already
+	// serves every level), on GPUs, and for fp16 and bf16 with f32
+	// accumulation (whose partials would have to travel as float32).
+	// ReduceScatter runs it as A2ATree.
+	RecursiveDoubling
 )
 
-var algNames = []string{"auto", "gather_tree", "a2a_tree", "one_shot", "two_shot"}
+var algNames = []string{"auto", "gather_tree", "a2a_tree", "one_shot", "two_shot", "recursive_doubling"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algNames) {
@@ -71,7 +84,7 @@ func (a Algorithm) String() string {
 }
 
 // Valid reports whether a is a known algorithm.
-func (a Algorithm) Valid() bool { return a <= TwoShot }
+func (a Algorithm) Valid() bool { return a <= RecursiveDoubling }
 
 // Transport returns the algorithm a runs as on a transport without direct
 // peer memory: OneShot as GatherTree, TwoShot as A2ATree, others unchanged.
@@ -86,14 +99,15 @@ func (a Algorithm) Transport() Algorithm {
 	return a
 }
 
-// ParseAlgorithm accepts auto, gather_tree, a2a_tree, one_shot and two_shot.
+// ParseAlgorithm accepts auto, gather_tree, a2a_tree, one_shot, two_shot and
+// recursive_doubling.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algNames {
 		if strings.EqualFold(s, n) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot or two_shot)", s)
+	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot, two_shot or recursive_doubling)", s)
 }
 
 // autoA2ABytes is the per-rank message size from which Auto uses A2ATree
@@ -125,6 +139,20 @@ const autoA2AWindowElems = 32 << 10
 // 64 KiB 34–36 / 19 (docs/shm.md). At W = 2 the same host favoured gather
 // at 256 KiB and 1 MiB, this 2-core one a2a: W = 2 keeps the one threshold.
 const autoA2AWindowElemsSpread = 4 << 10
+
+// autoDoublingMinW is the smallest W at which Auto sends small AllReduce
+// and AllGather messages by recursive doubling: at W = 2 it is the same
+// single message as gather_tree, at W = 3 two steps against one. W = 4 on
+// 2 cores, forced TCP, fp32, 5 interleaved runs, median µs, gather /
+// doubling (Open MPI TCP): AllReduce 4 KiB 164 / 110 (108), 16 KiB
+// 165 / 125 (236) (docs/benchmarks/tcp-loopback.md, "Recursive doubling").
+const autoDoublingMinW = 4
+
+// autoDoublingGatherBytes is the largest AllGather block per rank that Auto
+// gathers by recursive doubling over messages. W = 4 on 2 cores, same
+// runs, direct / doubling (Open MPI TCP): 4 KiB 141 / 126 (118), 16 KiB
+// 197 / 172 (188), 64 KiB 270 / 318 (696).
+const autoDoublingGatherBytes = 16 << 10
 
 func elemsOf(bytes int, dt DType) int {
 	if sz := dt.Size(); sz > 0 {

@@ -82,3 +82,49 @@ func Shard(count, w, r int) (off, n int) {
 	}
 	return rem*(q+1) + (r-rem)*q, q
 }
+
+// Step is one level of the tree as rank r takes part in it when every rank
+// evaluates the whole tree (recursive doubling). Before level l every rank
+// holds the value of its block of 2^l ranks, [r>>l<<l, (r>>l+1)<<l) cut at
+// w; the level adds it to the value of the sibling block (block index xor
+// 1), the lower block on the left. A block without a sibling (the odd last
+// slot of tree.Levels) is carried: From is -1 and To empty.
+type Step struct {
+	From int   // the rank of the sibling block whose value r receives, or -1
+	To   []int // the ranks of the sibling block that receive r's value
+	Left bool  // r's block is the left operand
+}
+
+// DoublingSteps returns rank r's steps, one per level of Levels(w). Every
+// rank of a block receives from the rank of the sibling block at the same
+// offset, or from the sibling's last rank when the sibling is shorter; so
+// every rank receives at most once per level and a rank of a short block
+// may send to several.
+func DoublingSteps(w, r int) []Step {
+	var out []Step
+	for l := 0; 1<<l < w; l++ {
+		out = append(out, doublingStep(w, r, l))
+	}
+	return out
+}
+
+func doublingStep(w, r, l int) Step {
+	size := 1 << l
+	block := r >> l
+	sib := block ^ 1
+	if sib<<l >= w {
+		return Step{From: -1}
+	}
+	st := Step{From: sourceIn(w, sib, r&(size-1), l), Left: block < sib}
+	for p := sib << l; p < min((sib+1)<<l, w); p++ {
+		if sourceIn(w, block, p&(size-1), l) == r {
+			st.To = append(st.To, p)
+		}
+	}
+	return st
+}
+
+// sourceIn is the rank of block b (at level l) that serves offset off.
+func sourceIn(w, b, off, l int) int {
+	return min(b<<l+off, w-1)
+}

@@ -112,3 +112,60 @@ func TestLevelsInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestDoublingSteps evaluates the tree symbolically on every rank by
+// DoublingSteps and checks that every rank ends with Expr(w), and that
+// every send has its matching receive.
+func TestDoublingSteps(t *testing.T) {
+	for w := 1; w <= 40; w++ {
+		v := make([]string, w)
+		for r := range v {
+			v[r] = "r" + itoa(r)
+		}
+		steps := make([][]Step, w)
+		for r := range steps {
+			steps[r] = DoublingSteps(w, r)
+			if len(steps[r]) != len(Levels(w)) {
+				t.Fatalf("w=%d r=%d: %d steps, want %d", w, r, len(steps[r]), len(Levels(w)))
+			}
+		}
+		for l := range Levels(w) {
+			next := make([]string, w)
+			for r := 0; r < w; r++ {
+				st := steps[r][l]
+				if st.From < 0 {
+					if len(st.To) != 0 {
+						t.Fatalf("w=%d r=%d l=%d: carried but sends to %v", w, r, l, st.To)
+					}
+					next[r] = v[r]
+					continue
+				}
+				sent := false
+				for _, p := range steps[st.From][l].To {
+					sent = sent || p == r
+				}
+				if !sent {
+					t.Fatalf("w=%d r=%d l=%d: receives from %d, which does not send to it", w, r, l, st.From)
+				}
+				if st.Left {
+					next[r] = "(" + v[r] + "+" + v[st.From] + ")"
+				} else {
+					next[r] = "(" + v[st.From] + "+" + v[r] + ")"
+				}
+			}
+			for r := 0; r < w; r++ {
+				for _, p := range steps[r][l].To {
+					if steps[p][l].From != r {
+						t.Fatalf("w=%d r=%d l=%d: sends to %d, which receives from %d", w, r, l, p, steps[p][l].From)
+					}
+				}
+			}
+			v = next
+		}
+		for r := 0; r < w; r++ {
+			if v[r] != Expr(w) {
+				t.Fatalf("w=%d rank %d ends with %s, want %s", w, r, v[r], Expr(w))
+			}
+		}
+	}
+}

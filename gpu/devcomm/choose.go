@@ -125,8 +125,19 @@ func (o collOp) gathers() bool { return o == opAllGather || o == opAllGatherMany
 // whole input (measured on two H200s as fast or faster at every size,
 // 16 MiB: 63 µs against 92 µs). Without peer memory one_shot and two_shot
 // run as their NCCL twins (Algorithm.Transport), which move the same bytes.
-// An unknown algorithm is returned as asked (the argument checks reject it).
+// recursive_doubling runs as gather_tree, a reduce-scatter's as a2a_tree
+// (the same bits). An unknown
+// algorithm is returned as asked (the argument checks reject it).
 func choose(op collOp, asked detcoll.Algorithm, bytes, w int, ipc bool, t Thresholds) detcoll.Algorithm {
+	if asked == detcoll.RecursiveDoubling {
+		// Its steps are host messages; a device AllReduce is one NCCL
+		// all-gather or one peer-memory kernel, which gather_tree is. A
+		// reduce-scatter runs it as a2a_tree, as on the host.
+		asked = detcoll.GatherTree
+		if op == opReduceScatter || op == opReduceScatterMany {
+			asked = detcoll.A2ATree
+		}
+	}
 	auto := asked == detcoll.Auto
 	switch op {
 	case opAllGather, opAllGatherMany:

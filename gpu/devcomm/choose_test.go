@@ -39,6 +39,11 @@ func TestChoose(t *testing.T) {
 		{ar, auto, 99, 3, false, tight, gt},
 		{ar, auto, 100, 3, false, tight, a2a},
 		{ar, auto, 200, 2, false, tight, a2a},
+		// recursive_doubling has no device form: gather_tree, with peer memory too.
+		{ar, detcoll.RecursiveDoubling, 4096, 8, false, d, gt},
+		{ar, detcoll.RecursiveDoubling, 4096, 8, true, d, gt},
+		{rs, detcoll.RecursiveDoubling, 4096, 4, false, d, a2a},
+		{ag, detcoll.RecursiveDoubling, 4096, 4, false, d, gt},
 		// With peer memory: one-shot while (W-1)·bytes fits, two-shot above,
 		// NCCL above IPCReduceBytes when set.
 		{ar, auto, AutoOneShotBytes, 2, true, d, one},
