@@ -69,7 +69,7 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts 
 		case GatherTree:
 			return c.allReduceGather(ctx, call, send, recv, dt, acc)
 		case RecursiveDoubling:
-			return c.allReduceDoubling(ctx, call, send, recv, dt, acc)
+			return c.allReduceDoubling(ctx, call, send, recv, c.workspace(len(send)), dt, acc)
 		}
 		return c.allReduceA2A(ctx, call, send, recv, dt, acc, count)
 	})
@@ -105,9 +105,8 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 // The partials it sends are rounded to the dtype, as every node of the tree
 // is in the native accumulation; fp16 and bf16 with f32 accumulation would
 // need float32 partials and run as gather_tree instead (runsAs).
-func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, recv, tmp []byte, dt DType, acc Accumulate) error {
 	steps := tree.DoublingSteps(c.size, c.rank)
-	tmp := c.workspace(len(send))
 	cur := send
 	tg := tag(phaseDoubling, call)
 	for _, st := range steps {
@@ -248,6 +247,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, opts ...Option) error {
 	const op = "ReduceScatter"
 	alg, acc := c.resolve(opts, true, len(send), elemsOf(len(send), dt))
+	alg0 := alg
 	return c.run(ctx, op, func() (signature, error) {
 		if err := c.checkReducible(op, dt); err != nil {
 			return signature{}, err
@@ -258,14 +258,36 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 		if err := c.checkAlgAcc(op, alg, acc); err != nil {
 			return signature{}, err
 		}
+		alg = c.runsAs(alg, dt, acc)
+		if alg == GatherTree && alg0 == RecursiveDoubling {
+			alg = A2ATree // ReduceScatter's twin of recursive doubling where it cannot run
+		}
 		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
 	}, func(ctx context.Context, call agree.Call) error {
 		if sh, slot := c.rsWindow(dt); sh != nil {
 			// One lane: no lane slices to allocate.
 			return c.reduceScatterWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt, acc)
 		}
+		if alg == RecursiveDoubling {
+			return c.reduceScatterDoubling(ctx, call, send, recv, dt, acc)
+		}
 		return c.reduceScatter(ctx, call, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
 	})
+}
+
+// reduceScatterDoubling is a recursive-doubling AllReduce of the whole
+// input into the workspace, of which this rank keeps its block: ⌈log2 W⌉
+// messages of W·len(recv) bytes against a2a_tree's W-1 of len(recv), for
+// small inputs, where the messages cost and the bytes do not.
+func (c *Comm) reduceScatterDoubling(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	n := len(send)
+	ws := c.workspace(2 * n)
+	full := ws[:n]
+	if err := c.allReduceDoubling(ctx, call, send, full, ws[n:2*n], dt, acc); err != nil {
+		return err
+	}
+	copy(recv, full[c.rank*len(recv):])
+	return nil
 }
 
 func (c *Comm) checkRS(op string, send, recv []byte, dt DType) error {
@@ -517,6 +539,9 @@ func (c *Comm) ReduceScatterMany(ctx context.Context, sends, recvs [][]byte, dt 
 		total += len(s)
 	}
 	alg, acc := c.resolve(opts, true, total, elemsOf(total, dt))
+	if alg == RecursiveDoubling {
+		alg = A2ATree // lanes go by messages of shards
+	}
 	return c.run(ctx, op, func() (signature, error) {
 		if err := c.checkReducible(op, dt); err != nil {
 			return signature{}, err

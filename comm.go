@@ -314,17 +314,18 @@ func (d *sharedDeadline) stop() {
 }
 
 // resolve turns the call's options into its algorithm and accumulation.
-// reduceScatter says the call is a ReduceScatter, whose Auto is always
-// A2ATree: its gather form receives every peer's whole input (W times the
-// bytes) in as many messages, for the same bits (over TCP at W = 2, 64 KiB
-// per rank: 69 µs against 35; docs/architecture.md, "Auto").
+// reduceScatter says the call is a ReduceScatter, whose Auto is A2ATree
+// but for small inputs over messages from W = 4 on (autoReduceScatter):
+// its gather form receives every peer's whole input (W times the bytes) in
+// as many messages, for the same bits (over TCP at W = 2, 64 KiB per rank:
+// 69 µs against 35; docs/architecture.md, "Auto").
 func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Algorithm, Accumulate) {
 	cc := callConfig{alg: c.cfg.alg, acc: c.cfg.acc}
 	if len(opts) > 0 {
 		cc = cc.with(opts)
 	}
-	if reduceScatter && (cc.alg == Auto || cc.alg == RecursiveDoubling) {
-		cc.alg = A2ATree
+	if reduceScatter && cc.alg == Auto {
+		cc.alg = c.autoReduceScatter(bytes)
 	}
 	if cc.alg == Auto {
 		cc.alg = c.autoAllReduce(bytes, elems)
@@ -383,6 +384,15 @@ func (c *Comm) runsAs(alg Algorithm, dt DType, acc Accumulate) Algorithm {
 		return GatherTree
 	}
 	return alg
+}
+
+// autoReduceScatter is Auto's ReduceScatter algorithm for an input of bytes
+// per rank: a2a_tree, except small inputs over messages from W = 4 on.
+func (c *Comm) autoReduceScatter(bytes int) Algorithm {
+	if sh, _ := c.window(); sh == nil && c.size >= autoDoublingMinW && bytes <= autoDoublingRSBytes {
+		return RecursiveDoubling
+	}
+	return A2ATree
 }
 
 // gatherDoubling reports whether an AllGather of n bytes per rank runs in

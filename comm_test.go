@@ -201,17 +201,22 @@ func TestReduceScatterMatchesOracle(t *testing.T) {
 				for r := range ins {
 					ins[r] = randomBuf(rng, dt, w*count)
 				}
-				full := oracle(t, dt, AccumulateNative, ins)
-				for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
-					outs := make([][]byte, w)
-					mustEach(t, comms, func(c *Comm) error {
-						outs[c.Rank()] = make([]byte, count*dt.Size())
-						return c.ReduceScatter(context.Background(), ins[c.Rank()], outs[c.Rank()], dt, WithAlgorithm(alg))
-					})
-					for r, o := range outs {
-						n := count * dt.Size()
-						if !bytes.Equal(o, full[r*n:(r+1)*n]) {
-							t.Fatalf("W=%d %v count=%d %v: rank %d differs from oracle", w, dt, count, alg, r)
+				for _, acc := range []Accumulate{AccumulateNative, AccumulateF32} {
+					if acc == AccumulateF32 && dt.Size() != 2 {
+						continue
+					}
+					full := oracle(t, dt, acc, ins)
+					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
+						outs := make([][]byte, w)
+						mustEach(t, comms, func(c *Comm) error {
+							outs[c.Rank()] = make([]byte, count*dt.Size())
+							return c.ReduceScatter(context.Background(), ins[c.Rank()], outs[c.Rank()], dt, WithAlgorithm(alg), WithAccumulate(acc))
+						})
+						for r, o := range outs {
+							n := count * dt.Size()
+							if !bytes.Equal(o, full[r*n:(r+1)*n]) {
+								t.Fatalf("W=%d %v %v count=%d %v: rank %d differs from oracle", w, dt, acc, count, alg, r)
+							}
 						}
 					}
 				}
@@ -681,8 +686,9 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 	}
 }
 
-// TestAutoChoice: Auto ReduceScatter is A2ATree at every size and W (its
-// gather form receives W times the bytes for the same bits); Auto AllReduce
+// TestAutoChoice: Auto ReduceScatter is A2ATree (its gather form receives
+// W times the bytes for the same bits) except for small inputs over
+// messages from W = 4 on (RecursiveDoubling); Auto AllReduce
 // over messages is RecursiveDoubling below autoA2ABytes from W = 4 on,
 // GatherTree at W = 2 and 3; over a window recursive doubling runs as
 // GatherTree.
@@ -690,9 +696,13 @@ func TestAutoChoice(t *testing.T) {
 	for _, w := range []int{2, 3, 4, 8} {
 		comms := newComms(t, w)
 		c := comms[0]
-		for _, n := range []int{0, 4, 4096, autoA2ABytes, 1 << 20} {
-			if alg, _ := c.resolve(nil, true, n, n/4); alg != A2ATree {
-				t.Errorf("W=%d ReduceScatter of %d bytes: Auto resolved to %v, want a2a_tree", w, n, alg)
+		for _, n := range []int{0, 4, 4096, autoDoublingRSBytes, autoDoublingRSBytes + 4, autoA2ABytes, 1 << 20} {
+			want := A2ATree
+			if w >= autoDoublingMinW && n <= autoDoublingRSBytes {
+				want = RecursiveDoubling
+			}
+			if alg, _ := c.resolve(nil, true, n, n/4); alg != want {
+				t.Errorf("W=%d ReduceScatter of %d bytes: Auto resolved to %v, want %v", w, n, alg, want)
 			}
 			if alg, _ := c.resolve([]Option{WithAlgorithm(GatherTree)}, true, n, n/4); alg != GatherTree {
 				t.Errorf("W=%d ReduceScatter of %d bytes with gather_tree asked: resolved to %v", w, n, alg)
@@ -704,9 +714,6 @@ func TestAutoChoice(t *testing.T) {
 		}
 		if alg, _ := c.resolve(nil, false, 4096, 1024); alg != small {
 			t.Errorf("W=%d AllReduce of 4 KiB: Auto resolved to %v, want %v", w, alg, small)
-		}
-		if alg, _ := c.resolve([]Option{WithAlgorithm(RecursiveDoubling)}, true, 4096, 1024); alg != A2ATree {
-			t.Errorf("W=%d ReduceScatter with recursive_doubling asked: resolved to %v, want a2a_tree", w, alg)
 		}
 		for _, k := range []struct {
 			dt   DType
@@ -757,6 +764,9 @@ func TestAutoChoice(t *testing.T) {
 				}
 				if c.gatherDoubling(64) {
 					t.Errorf("W=%d over a window: AllGather by recursive doubling", w)
+				}
+				if alg, _ := c.resolve(nil, true, 64, 16); alg != A2ATree {
+					t.Errorf("W=%d over a window: small ReduceScatter resolved to %v, want a2a_tree", w, alg)
 				}
 			}
 		}
@@ -930,6 +940,12 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 			{"AllGather", func(c *Comm) error {
 				return c.AllGather(context.Background(), make([]byte, 64), make([]byte, 64*w), FP32)
 			}, want},
+			{"ReduceScatter auto", func(c *Comm) error {
+				return c.ReduceScatter(context.Background(), make([]byte, 64*w), make([]byte, 64), FP32)
+			}, want},
+			{"ReduceScatterMany recursive_doubling", func(c *Comm) error {
+				return c.ReduceScatterMany(context.Background(), [][]byte{make([]byte, 64*w)}, [][]byte{make([]byte, 64)}, FP32, WithAlgorithm(RecursiveDoubling))
+			}, int64(w * (w - 1))},
 		} {
 			sends.Store(0)
 			mustEach(t, comms, k.call)

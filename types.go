@@ -42,7 +42,8 @@ const (
 	// Auto picks by size for AllReduce (over messages: RecursiveDoubling
 	// for small messages at W ≥ 4, GatherTree at W = 2 and 3, A2ATree for
 	// large ones; over a shared-memory window GatherTree or A2ATree) and
-	// A2ATree for ReduceScatter at every size (docs/architecture.md, "Auto").
+	// for ReduceScatter (RecursiveDoubling for inputs up to 16 KiB over
+	// messages at W ≥ 4, A2ATree otherwise; docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
 	// transport-only path): (W-1)·N bytes received per rank.
@@ -70,7 +71,9 @@ const (
 	// the same bits: over a shared-memory window (one publication already
 	// serves every level), on GPUs, and for fp16 and bf16 with f32
 	// accumulation (whose partials would have to travel as float32).
-	// ReduceScatter runs it as A2ATree.
+	// ReduceScatter runs it as an AllReduce of its whole input of which
+	// each rank keeps its block (there its twin is A2ATree);
+	// ReduceScatterMany runs it as A2ATree.
 	RecursiveDoubling
 )
 
@@ -153,6 +156,10 @@ const autoDoublingMinW = 4
 // runs, direct / doubling (Open MPI TCP): 4 KiB 141 / 126 (118), 16 KiB
 // 197 / 172 (188), 64 KiB 270 / 318 (696).
 const autoDoublingGatherBytes = 16 << 10
+
+// autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
+// blocks) that Auto reduces by recursive doubling over messages.
+const autoDoublingRSBytes = 16 << 10
 
 func elemsOf(bytes int, dt DType) int {
 	if sz := dt.Size(); sz > 0 {
