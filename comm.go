@@ -325,10 +325,10 @@ func (c *Comm) resolve(opts []Option, reduceScatter bool, bytes, elems int) (Alg
 		cc = cc.with(opts)
 	}
 	if reduceScatter && cc.alg == Auto {
-		cc.alg = c.autoReduceScatter(bytes)
+		cc.alg = c.autoReduceScatter(bytes, elems, cc.acc)
 	}
 	if cc.alg == Auto {
-		cc.alg = c.autoAllReduce(bytes, elems)
+		cc.alg = c.autoAllReduce(bytes, elems, cc.acc)
 	}
 	// No peer memory here: the IPC algorithms move the same bytes as their
 	// transport twins (an unknown value stays, for checkAlgAcc to refuse).
@@ -354,7 +354,7 @@ func (cc callConfig) with(opts []Option) callConfig {
 // same bytes as gather_tree at W = 2 in two steps instead of one, and wins
 // only once the halved arithmetic outweighs the second step
 // (docs/architecture.md, "Auto").
-func (c *Comm) autoAllReduce(bytes, elems int) Algorithm {
+func (c *Comm) autoAllReduce(bytes, elems int, acc Accumulate) Algorithm {
 	if sh, _ := c.window(); sh != nil {
 		limit := autoA2AWindowElems
 		if c.size >= 4 && hostCPUs() >= c.size {
@@ -365,13 +365,20 @@ func (c *Comm) autoAllReduce(bytes, elems int) Algorithm {
 		}
 		return GatherTree
 	}
+	if c.size >= autoDoublingMinW && bytes < autoDoublingARBytes && doublingCan(bytes, elems, acc) {
+		return RecursiveDoubling
+	}
 	if bytes >= autoA2ABytes && c.size > 2 || bytes >= autoA2ABytesW2 {
 		return A2ATree
 	}
-	if c.size >= autoDoublingMinW {
-		return RecursiveDoubling
-	}
 	return GatherTree
+}
+
+// doublingCan reports whether recursive doubling can run a call of bytes
+// (elems elements) per rank in accumulate mode acc: not fp16 or bf16 with
+// f32 accumulation, whose partials are float32.
+func doublingCan(bytes, elems int, acc Accumulate) bool {
+	return acc != AccumulateF32 || elems == 0 || bytes != 2*elems
 }
 
 // runsAs is the algorithm an AllReduce asked to run alg runs: recursive
@@ -388,8 +395,8 @@ func (c *Comm) runsAs(alg Algorithm, dt DType, acc Accumulate) Algorithm {
 
 // autoReduceScatter is Auto's ReduceScatter algorithm for an input of bytes
 // per rank: a2a_tree, except small inputs over messages from W = 4 on.
-func (c *Comm) autoReduceScatter(bytes int) Algorithm {
-	if sh, _ := c.window(); sh == nil && c.size >= autoDoublingMinW && bytes <= autoDoublingRSBytes {
+func (c *Comm) autoReduceScatter(bytes, elems int, acc Accumulate) Algorithm {
+	if sh, _ := c.window(); sh == nil && c.size >= autoDoublingMinW && bytes <= autoDoublingRSBytes && doublingCan(bytes, elems, acc) {
 		return RecursiveDoubling
 	}
 	return A2ATree

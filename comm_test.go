@@ -689,7 +689,7 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 // TestAutoChoice: Auto ReduceScatter is A2ATree (its gather form receives
 // W times the bytes for the same bits) except for small inputs over
 // messages from W = 4 on (RecursiveDoubling); Auto AllReduce
-// over messages is RecursiveDoubling below autoA2ABytes from W = 4 on,
+// over messages is RecursiveDoubling below autoDoublingARBytes from W = 4 on,
 // GatherTree at W = 2 and 3; over a window recursive doubling runs as
 // GatherTree.
 func TestAutoChoice(t *testing.T) {
@@ -712,8 +712,14 @@ func TestAutoChoice(t *testing.T) {
 		if w >= autoDoublingMinW {
 			small = RecursiveDoubling
 		}
-		if alg, _ := c.resolve(nil, false, 4096, 1024); alg != small {
-			t.Errorf("W=%d AllReduce of 4 KiB: Auto resolved to %v, want %v", w, alg, small)
+		for _, n := range []int{4096, autoA2ABytes, autoDoublingARBytes - 4} {
+			want := small
+			if n >= autoA2ABytes && w == 3 {
+				want = A2ATree
+			}
+			if alg, _ := c.resolve(nil, false, n, n/4); alg != want {
+				t.Errorf("W=%d AllReduce of %d bytes: Auto resolved to %v, want %v", w, n, alg, want)
+			}
 		}
 		for _, k := range []struct {
 			dt   DType
@@ -724,6 +730,18 @@ func TestAutoChoice(t *testing.T) {
 			if got := c.runsAs(RecursiveDoubling, k.dt, k.acc); got != k.want {
 				t.Errorf("W=%d recursive_doubling for %v, accumulate %v, runs as %v, want %v", w, k.dt, k.acc, got, k.want)
 			}
+		}
+		// bf16 with f32 accumulation cannot go by doubling: Auto takes what
+		// it would without it.
+		f32 := []Option{WithAccumulate(AccumulateF32)}
+		if alg, _ := c.resolve(f32, false, 4096, 2048); alg != GatherTree {
+			t.Errorf("W=%d bf16 f32-accumulated 4 KiB AllReduce: Auto resolved to %v, want gather_tree", w, alg)
+		}
+		if alg, _ := c.resolve(f32, true, 4096, 2048); alg != A2ATree {
+			t.Errorf("W=%d bf16 f32-accumulated 4 KiB ReduceScatter: Auto resolved to %v, want a2a_tree", w, alg)
+		}
+		if alg, _ := c.resolve(f32, false, autoA2ABytes, autoA2ABytes/2); w > 2 && alg != A2ATree {
+			t.Errorf("W=%d bf16 f32-accumulated 64 KiB AllReduce: Auto resolved to %v, want a2a_tree", w, alg)
 		}
 		want := A2ATree
 		if w == 2 {

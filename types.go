@@ -151,6 +151,15 @@ const autoA2AWindowElemsSpread = 4 << 10
 // 165 / 125 (236) (docs/benchmarks/tcp-loopback.md, "Recursive doubling").
 const autoDoublingMinW = 4
 
+// autoDoublingARBytes is the per-rank AllReduce size from which Auto
+// leaves recursive doubling for a2a_tree over messages at W ≥ 4. 16-core
+// Xeon host, forced TCP, fp32, 3 rounds, median µs, a2a / doubling: 64 KiB
+// W = 4 96 / 77, W = 8 246 / 183, W = 16 552 / 278; 128 KiB W = 4
+// 130 / 238, W = 8 340 / 355, W = 16 367 / 557. W = 4 on 2 cores, 64 KiB:
+// 341, 283, 397 / 221, 273, 302 (docs/benchmarks/tcp-loopback.md,
+// "Recursive doubling").
+const autoDoublingARBytes = 128 << 10
+
 // autoDoublingGatherBytes is the largest AllGather block per rank that Auto
 // gathers by recursive doubling over messages. W = 4 on 2 cores, same
 // runs, direct / doubling (Open MPI TCP): 4 KiB 141 / 126 (118), 16 KiB
@@ -158,7 +167,10 @@ const autoDoublingMinW = 4
 const autoDoublingGatherBytes = 16 << 10
 
 // autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
-// blocks) that Auto reduces by recursive doubling over messages.
+// blocks) that Auto reduces by recursive doubling over messages. 16-core
+// host, same runs, a2a / doubling: 4 KiB W = 4 33 / 32, W = 8 84 / 63,
+// W = 16 170 / 66; 16 KiB 38 / 41, 128 / 59, 228 / 142; 64 KiB 49 / 82,
+// 105 / 152, 174 / 169.
 const autoDoublingRSBytes = 16 << 10
 
 func elemsOf(bytes int, dt DType) int {
