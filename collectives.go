@@ -29,7 +29,7 @@ func (c *Comm) checkElems(op, what string, b []byte, dt DType) error {
 }
 
 func (c *Comm) checkAlgAcc(op string, alg Algorithm, acc Accumulate) error {
-	if alg != GatherTree && alg != A2ATree && alg != RecursiveDoubling {
+	if alg != GatherTree && alg != A2ATree && alg != RecursiveDoubling && alg != HalvingDoubling {
 		return c.argErr(op, "unknown algorithm %v", alg)
 	}
 	if !acc.Valid() {
@@ -70,6 +70,8 @@ func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, dt DType, opts 
 			return c.allReduceGather(ctx, call, send, recv, dt, acc)
 		case RecursiveDoubling:
 			return c.allReduceDoubling(ctx, call, send, recv, c.workspace(len(send)), dt, acc)
+		case HalvingDoubling:
+			return c.allReduceHalving(ctx, call, send, recv, dt, acc)
 		}
 		return c.allReduceA2A(ctx, call, send, recv, dt, acc, count)
 	})
@@ -137,6 +139,55 @@ func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, rec
 	}
 	if same(cur, send) {
 		return c.reducer.Reduce(dt, acc, [][]byte{send}, recv)
+	}
+	return nil
+}
+
+// allReduceHalving is halving and doubling in the tree's order
+// (tree.HalvingSteps, W = 2^k): log2 W levels in which a rank sends half
+// of what it holds to its peer and adds the other half's partials, then
+// the same levels backwards all-gathering the reduced ranges. a2a_tree's
+// bytes, 2(W-1)/W·N, in 2·log2 W messages instead of 2(W-1).
+func (c *Comm) allReduceHalving(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	sz := dt.Size()
+	steps := tree.HalvingSteps(len(send)/sz, c.size, c.rank)
+	b := func(buf []byte, r [2]int) []byte { return buf[r[0]*sz : r[1]*sz] }
+	var tmp []byte
+	if len(steps) > 0 {
+		tmp = c.workspace(len(b(send, steps[0].Keep)))
+	}
+	tg := tag(phaseHalving, call)
+	cur := send
+	for _, st := range steps {
+		mine := b(cur, st.Keep)
+		theirs := tmp[:len(mine)]
+		err := c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) { return b(cur, st.Give), p == st.Peer },
+			func(p int) ([]byte, bool) { return theirs, p == st.Peer })
+		if err != nil {
+			return err
+		}
+		in := [][]byte{theirs, mine}
+		if st.Left {
+			in[0], in[1] = mine, theirs
+		}
+		if err := c.reducer.Reduce(dt, acc, in, b(recv, st.Keep)); err != nil {
+			return err
+		}
+		cur = recv
+	}
+	if len(steps) == 0 {
+		return c.reducer.Reduce(dt, acc, [][]byte{send}, recv)
+	}
+	tg = tag(phaseShards, call)
+	for l := len(steps) - 1; l >= 0; l-- {
+		st := steps[l]
+		err := c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) { return b(recv, st.Keep), p == st.Peer },
+			func(p int) ([]byte, bool) { return b(recv, st.Give), p == st.Peer })
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -259,8 +310,11 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 			return signature{}, err
 		}
 		alg = c.runsAs(alg, dt, acc)
-		if alg == GatherTree && alg0 == RecursiveDoubling {
-			alg = A2ATree // ReduceScatter's twin of recursive doubling where it cannot run
+		if alg == GatherTree && alg0 == RecursiveDoubling || alg == HalvingDoubling {
+			// ReduceScatter's twin of recursive doubling where it cannot
+			// run, and of halving and doubling, whose ranges are not the
+			// ranks' blocks.
+			alg = A2ATree
 		}
 		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
 	}, func(ctx context.Context, call agree.Call) error {
@@ -539,7 +593,7 @@ func (c *Comm) ReduceScatterMany(ctx context.Context, sends, recvs [][]byte, dt 
 		total += len(s)
 	}
 	alg, acc := c.resolve(opts, true, total, elemsOf(total, dt))
-	if alg == RecursiveDoubling {
+	if alg == RecursiveDoubling || alg == HalvingDoubling {
 		alg = A2ATree // lanes go by messages of shards
 	}
 	return c.run(ctx, op, func() (signature, error) {

@@ -382,12 +382,17 @@ func doublingCan(bytes, elems int, acc Accumulate) bool {
 }
 
 // runsAs is the algorithm an AllReduce asked to run alg runs: recursive
-// doubling only over messages and with partials in the dtype.
+// doubling and halving only over messages and with partials in the dtype,
+// halving only at W = 2^k; their twins are gather_tree and a2a_tree.
 func (c *Comm) runsAs(alg Algorithm, dt DType, acc Accumulate) Algorithm {
-	if alg != RecursiveDoubling {
+	if alg != RecursiveDoubling && alg != HalvingDoubling {
 		return alg
 	}
-	if sh, _ := c.window(); sh != nil || acc == AccumulateF32 && dt.Size() == 2 {
+	sh, _ := c.window()
+	switch {
+	case alg == HalvingDoubling && (sh != nil || c.size&(c.size-1) != 0 || acc == AccumulateF32 && dt.Size() == 2):
+		return A2ATree
+	case alg == RecursiveDoubling && (sh != nil || acc == AccumulateF32 && dt.Size() == 2):
 		return GatherTree
 	}
 	return alg
@@ -426,6 +431,7 @@ const (
 	phaseBarrier
 	phaseSplit
 	phaseDoubling
+	phaseHalving
 )
 
 // tag is the tag of every message of call in the given phase. Every

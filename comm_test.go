@@ -120,7 +120,7 @@ func TestAllReduceMatchesOracle(t *testing.T) {
 						ins[r] = randomBuf(rng, dt, count)
 					}
 					want := oracle(t, dt, acc, ins)
-					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
+					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling, HalvingDoubling} {
 						outs := make([][]byte, w)
 						inPlace := count%2 == 1
 						mustEach(t, comms, func(c *Comm) error {
@@ -206,7 +206,7 @@ func TestReduceScatterMatchesOracle(t *testing.T) {
 						continue
 					}
 					full := oracle(t, dt, acc, ins)
-					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling} {
+					for _, alg := range []Algorithm{GatherTree, A2ATree, RecursiveDoubling, HalvingDoubling} {
 						outs := make([][]byte, w)
 						mustEach(t, comms, func(c *Comm) error {
 							outs[c.Rank()] = make([]byte, count*dt.Size())
@@ -730,6 +730,13 @@ func TestAutoChoice(t *testing.T) {
 			if got := c.runsAs(RecursiveDoubling, k.dt, k.acc); got != k.want {
 				t.Errorf("W=%d recursive_doubling for %v, accumulate %v, runs as %v, want %v", w, k.dt, k.acc, got, k.want)
 			}
+			want := HalvingDoubling
+			if k.want == GatherTree || w&(w-1) != 0 {
+				want = A2ATree
+			}
+			if got := c.runsAs(HalvingDoubling, k.dt, k.acc); got != want {
+				t.Errorf("W=%d halving_doubling for %v, accumulate %v, runs as %v, want %v", w, k.dt, k.acc, got, want)
+			}
 		}
 		// bf16 with f32 accumulation cannot go by doubling: Auto takes what
 		// it would without it.
@@ -779,6 +786,9 @@ func TestAutoChoice(t *testing.T) {
 				}
 				if got := c.runsAs(RecursiveDoubling, FP32, AccumulateNative); got != GatherTree {
 					t.Errorf("W=%d over a window: recursive_doubling runs as %v, want gather_tree", w, got)
+				}
+				if got := c.runsAs(HalvingDoubling, FP32, AccumulateNative); got != A2ATree {
+					t.Errorf("W=%d over a window: halving_doubling runs as %v, want a2a_tree", w, got)
 				}
 				if c.gatherDoubling(64) {
 					t.Errorf("W=%d over a window: AllGather by recursive doubling", w)
@@ -924,7 +934,8 @@ func (c countingTransport) Send(ctx context.Context, peer int, tg transport.Tag,
 
 // TestRecursiveDoublingMessages: a small AllReduce and AllGather at W ≥ 4
 // send the messages of tree.DoublingSteps (⌈log2 W⌉ per rank at W = 2^k),
-// not W-1 per rank, and an AllReduce with gather_tree asked sends W-1.
+// not W-1 per rank, and an AllReduce with gather_tree asked sends W-1;
+// halving_doubling sends 2·log2 W at W = 2^k and runs as a2a_tree else.
 func TestRecursiveDoublingMessages(t *testing.T) {
 	for _, w := range []int{4, 6, 8} {
 		ts, err := inproc.New(w)
@@ -945,12 +956,20 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 				want += int64(len(st.To))
 			}
 		}
+		halving := int64(w * 2 * len(tree.Levels(w))) // at W = 6: a2a_tree's 2(W-1)
+		if w&(w-1) != 0 {
+			halving = int64(w * 2 * (w - 1))
+		}
 		for _, k := range []struct {
 			name string
 			call func(c *Comm) error
 			want int64
 		}{
 			{"AllReduce auto", func(c *Comm) error { b := make([]byte, 4096); return c.AllReduce(context.Background(), b, b, FP32) }, want},
+			{"AllReduce halving_doubling", func(c *Comm) error {
+				b := make([]byte, 4096)
+				return c.AllReduce(context.Background(), b, b, FP32, WithAlgorithm(HalvingDoubling))
+			}, halving},
 			{"AllReduce gather_tree", func(c *Comm) error {
 				b := make([]byte, 4096)
 				return c.AllReduce(context.Background(), b, b, FP32, WithAlgorithm(GatherTree))
@@ -971,7 +990,7 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 				t.Errorf("W=%d %s: %d messages, want %d", w, k.name, got, k.want)
 			}
 		}
-		if w == 8 && want != 8*3 {
+		if w == 8 && (want != 8*3 || halving != 8*6) {
 			t.Errorf("W=8: recursive doubling sends %d messages, want 24", want)
 		}
 	}

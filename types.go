@@ -75,9 +75,20 @@ const (
 	// each rank keeps its block (there its twin is A2ATree);
 	// ReduceScatterMany runs it as A2ATree.
 	RecursiveDoubling
+	// HalvingDoubling is a2a_tree's bytes in log2 W steps each way, at
+	// W = 2^k (tree.HalvingSteps): at level l a rank sends half of the
+	// range it holds to rank r xor 2^l and adds the partials of the other
+	// half, the lower block on the left, then the levels run backwards to
+	// all-gather the reduced ranges (Rabenseifner's all-reduce, in the
+	// tree's order). 2·log2 W messages per rank instead of 2(W-1): the
+	// bandwidth-optimal AllReduce over point-to-point messages at large W.
+	// Where it cannot run it runs as A2ATree: at other W, over a window,
+	// on GPUs, for fp16 and bf16 with f32 accumulation, and in the
+	// reduce-scatters (whose blocks are the ranks' own, not halves).
+	HalvingDoubling
 )
 
-var algNames = []string{"auto", "gather_tree", "a2a_tree", "one_shot", "two_shot", "recursive_doubling"}
+var algNames = []string{"auto", "gather_tree", "a2a_tree", "one_shot", "two_shot", "recursive_doubling", "halving_doubling"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algNames) {
@@ -87,7 +98,7 @@ func (a Algorithm) String() string {
 }
 
 // Valid reports whether a is a known algorithm.
-func (a Algorithm) Valid() bool { return a <= RecursiveDoubling }
+func (a Algorithm) Valid() bool { return a <= HalvingDoubling }
 
 // Transport returns the algorithm a runs as on a transport without direct
 // peer memory: OneShot as GatherTree, TwoShot as A2ATree, others unchanged.
@@ -102,15 +113,15 @@ func (a Algorithm) Transport() Algorithm {
 	return a
 }
 
-// ParseAlgorithm accepts auto, gather_tree, a2a_tree, one_shot, two_shot and
-// recursive_doubling.
+// ParseAlgorithm accepts auto, gather_tree, a2a_tree, one_shot, two_shot,
+// recursive_doubling and halving_doubling.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algNames {
 		if strings.EqualFold(s, n) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot, two_shot or recursive_doubling)", s)
+	return 0, fmt.Errorf("detcoll: unknown algorithm %q (want auto, gather_tree, a2a_tree, one_shot, two_shot, recursive_doubling or halving_doubling)", s)
 }
 
 // autoA2ABytes is the per-rank message size from which Auto uses A2ATree

@@ -128,3 +128,41 @@ func doublingStep(w, r, l int) Step {
 func sourceIn(w, b, off, l int) int {
 	return min(b<<l+off, w-1)
 }
+
+// HalvingStep is one level of recursive halving as rank r takes part in it
+// at W = 2^k: r and Peer (r xor 2^l) hold the same element range, each
+// the value of its own block of 2^l ranks over it; r keeps one half
+// (Keep) and sends the other (Give), then adds the peer's value of Keep to
+// its own, its block on the left when Left. The range before level l is
+// split at its middle, the lower half to the rank whose bit l is 0 (the
+// lower half takes the odd element). After the last level r holds the
+// tree's value of Keep; running the levels backwards, sending Keep and
+// receiving Give, all-gathers the ranges (halving and doubling,
+// Rabenseifner's all-reduce in the tree's order).
+type HalvingStep struct {
+	Peer       int
+	Keep, Give [2]int // element ranges [lo, hi)
+	Left       bool
+}
+
+// HalvingSteps returns rank r's levels over count elements; w must be a
+// power of two (other w return nil).
+func HalvingSteps(count, w, r int) []HalvingStep {
+	if w < 1 || w&(w-1) != 0 {
+		return nil
+	}
+	var out []HalvingStep
+	lo, hi := 0, count
+	for l := 0; 1<<l < w; l++ {
+		mid := lo + (hi-lo+1)/2
+		st := HalvingStep{Peer: r ^ 1<<l, Left: r>>l&1 == 0}
+		if st.Left {
+			st.Keep, st.Give = [2]int{lo, mid}, [2]int{mid, hi}
+		} else {
+			st.Keep, st.Give = [2]int{mid, hi}, [2]int{lo, mid}
+		}
+		out = append(out, st)
+		lo, hi = st.Keep[0], st.Keep[1]
+	}
+	return out
+}

@@ -169,3 +169,64 @@ func TestDoublingSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestHalvingSteps evaluates halving and doubling symbolically per element
+// on every rank and checks that every rank ends with Expr(w) everywhere.
+func TestHalvingSteps(t *testing.T) {
+	for w := 1; w <= 32; w *= 2 {
+		for _, count := range []int{0, 1, w - 1, w, w + 1, 37, 3*w + 5} {
+			v := make([][]string, w) // rank, element
+			for r := range v {
+				v[r] = make([]string, count)
+				for e := range v[r] {
+					v[r][e] = "r" + itoa(r)
+				}
+			}
+			steps := make([][]HalvingStep, w)
+			for r := range steps {
+				steps[r] = HalvingSteps(count, w, r)
+			}
+			for l := range Levels(w) {
+				next := make([][]string, w)
+				for r := 0; r < w; r++ {
+					st := steps[r][l]
+					ps := steps[st.Peer][l]
+					if ps.Peer != r || ps.Keep != st.Give || ps.Give != st.Keep || ps.Left == st.Left {
+						t.Fatalf("w=%d count=%d r=%d l=%d: steps %+v and peer's %+v do not match", w, count, r, l, st, ps)
+					}
+					next[r] = append([]string(nil), v[r]...)
+					for e := st.Keep[0]; e < st.Keep[1]; e++ {
+						if st.Left {
+							next[r][e] = "(" + v[r][e] + "+" + v[st.Peer][e] + ")"
+						} else {
+							next[r][e] = "(" + v[st.Peer][e] + "+" + v[r][e] + ")"
+						}
+					}
+				}
+				v = next
+			}
+			// The doubling half: backwards, each rank receives its peer's Keep.
+			for l := len(Levels(w)) - 1; l >= 0; l-- {
+				next := make([][]string, w)
+				for r := 0; r < w; r++ {
+					st := steps[r][l]
+					next[r] = append([]string(nil), v[r]...)
+					for e := st.Give[0]; e < st.Give[1]; e++ {
+						next[r][e] = v[st.Peer][e]
+					}
+				}
+				v = next
+			}
+			for r := 0; r < w; r++ {
+				for e := 0; e < count; e++ {
+					if v[r][e] != Expr(w) {
+						t.Fatalf("w=%d count=%d: rank %d element %d is %s, want %s", w, count, r, e, v[r][e], Expr(w))
+					}
+				}
+			}
+		}
+	}
+	if HalvingSteps(10, 6, 0) != nil {
+		t.Fatal("HalvingSteps at w = 6 is not nil")
+	}
+}

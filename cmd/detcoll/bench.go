@@ -91,7 +91,7 @@ func (b *benchFlags) addCaseFlags(cmd *cobra.Command, env *envReader) {
 	f.StringVarP(&b.minB, "minbytes", "b", "32M", "sweep: smallest size (as nccl-tests -b)")
 	f.StringVarP(&b.maxB, "maxbytes", "e", "32M", "sweep: largest size (as nccl-tests -e)")
 	f.IntVarP(&b.factor, "stepfactor", "f", 2, "sweep: size multiplier ≥ 2 (as nccl-tests -f)")
-	f.StringSliceVar(&b.algs, "algorithms", strings.Fields(envDefault("DETCOLL_ALGORITHMS", "gather_tree a2a_tree")), "algorithms: auto, gather_tree, a2a_tree, one_shot, two_shot (all_gather rows: direct for the NCCL ones, ipc for the peer-memory ones) [DETCOLL_ALGORITHMS]")
+	f.StringSliceVar(&b.algs, "algorithms", strings.Fields(envDefault("DETCOLL_ALGORITHMS", "gather_tree a2a_tree")), "algorithms: auto, gather_tree, a2a_tree, one_shot, two_shot, recursive_doubling, halving_doubling (all_gather rows: direct for the NCCL ones, ipc for the peer-memory ones) [DETCOLL_ALGORITHMS]")
 	f.StringVar(&b.acc, "accumulate", envDefault("DETCOLL_ACCUMULATE", "native"), "fp16/bf16 accumulation: native or f32 [DETCOLL_ACCUMULATE]")
 	f.IntVar(&b.warmup, "warmup", env.int("DETCOLL_WARMUP", 3), "warm-up iterations ≥ 0 [DETCOLL_WARMUP]")
 	f.IntVar(&b.iters, "iterations", env.int("DETCOLL_ITERATIONS", 5), "iterations per sample ≥ 1 [DETCOLL_ITERATIONS]")

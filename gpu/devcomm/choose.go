@@ -129,6 +129,9 @@ func (o collOp) gathers() bool { return o == opAllGather || o == opAllGatherMany
 // (the same bits). An unknown
 // algorithm is returned as asked (the argument checks reject it).
 func choose(op collOp, asked detcoll.Algorithm, bytes, w int, ipc bool, t Thresholds) detcoll.Algorithm {
+	if asked == detcoll.HalvingDoubling {
+		asked = detcoll.A2ATree // its twin: the same bytes, no host messages
+	}
 	if asked == detcoll.RecursiveDoubling {
 		// Its steps are host messages; a device AllReduce is one NCCL
 		// all-gather or one peer-memory kernel, which gather_tree is. A

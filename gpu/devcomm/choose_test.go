@@ -44,6 +44,8 @@ func TestChoose(t *testing.T) {
 		{ar, detcoll.RecursiveDoubling, 4096, 8, true, d, gt},
 		{rs, detcoll.RecursiveDoubling, 4096, 4, false, d, a2a},
 		{ag, detcoll.RecursiveDoubling, 4096, 4, false, d, gt},
+		{ar, detcoll.HalvingDoubling, 1 << 20, 8, false, d, a2a},
+		{rs, detcoll.HalvingDoubling, 1 << 20, 8, false, d, a2a},
 		// With peer memory: one-shot while (W-1)·bytes fits, two-shot above,
 		// NCCL above IPCReduceBytes when set.
 		{ar, auto, AutoOneShotBytes, 2, true, d, one},

@@ -93,7 +93,7 @@ func TestTwoHostsNetns(t *testing.T) {
 		t.Fatalf("one-host job: exit %d\n%s%s", ref.code, ref.stdout, ref.stderr)
 	}
 	want := results(ref.stdout)
-	if len(want) != 4 || len(want["0"]) != 16 {
+	if len(want) != 4 || len(want["0"]) != 20 {
 		t.Fatalf("one-host job printed %d ranks of results:\n%s", len(want), ref.stdout)
 	}
 

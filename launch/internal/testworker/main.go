@@ -60,7 +60,7 @@ func run() error {
 		// result is what the one-host and two-host jobs must agree on.
 		const count = 4099
 		for _, dt := range []detcoll.DType{detcoll.FP32, detcoll.BF16, detcoll.FP64, detcoll.FP16} {
-			for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree, detcoll.RecursiveDoubling} {
+			for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree, detcoll.RecursiveDoubling, detcoll.HalvingDoubling} {
 				send := make([]byte, count*dt.Size())
 				bench.FillInput(send, dt, 7, rank, 0)
 				recv := make([]byte, len(send))

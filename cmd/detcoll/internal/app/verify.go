@@ -325,7 +325,7 @@ func verifyGroup(ctx context.Context, tr string, comms []*detcoll.Comm, counts [
 			accs = append(accs, reduce.F32)
 		}
 		for _, acc := range accs {
-			for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree, detcoll.RecursiveDoubling} {
+			for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree, detcoll.RecursiveDoubling, detcoll.HalvingDoubling} {
 				g.checkReductions(dt, acc, alg)
 			}
 		}
@@ -384,9 +384,9 @@ func (g *groupCheck) inputs(dt dtype.DType, size int) [][]byte {
 func (g *groupCheck) checkReductions(dt dtype.DType, acc reduce.Accumulate, alg detcoll.Algorithm) {
 	opts := []detcoll.Option{detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc)}
 	ar, rs, rsm := outcome{ok: true}, outcome{ok: true}, outcome{ok: true}
-	// recursive_doubling is an AllReduce algorithm (the reduce-scatters run
-	// it as a2a_tree, checked already).
-	arOnly := alg == detcoll.RecursiveDoubling
+	// recursive_doubling and halving_doubling are AllReduce algorithms (the
+	// reduce-scatters run them as forms checked already).
+	arOnly := alg == detcoll.RecursiveDoubling || alg == detcoll.HalvingDoubling
 	for _, n := range g.counts {
 		ins := g.inputs(dt, len(g.comms)*n*dt.Size())
 		full := make([]byte, len(ins[0]))
