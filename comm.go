@@ -365,8 +365,13 @@ func (c *Comm) autoAllReduce(bytes, elems int, acc Accumulate) Algorithm {
 		}
 		return GatherTree
 	}
-	if c.size >= autoDoublingMinW && bytes < autoDoublingARBytes && doublingCan(bytes, elems, acc) {
-		return RecursiveDoubling
+	if c.size >= autoDoublingMinW && doublingCan(bytes, elems, acc) {
+		switch {
+		case bytes < autoDoublingARBytes:
+			return RecursiveDoubling
+		case c.size&(c.size-1) == 0 && bytes < autoHalvingBytes(c.size):
+			return HalvingDoubling
+		}
 	}
 	if bytes >= autoA2ABytes && c.size > 2 || bytes >= autoA2ABytesW2 {
 		return A2ATree

@@ -693,7 +693,7 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 // GatherTree at W = 2 and 3; over a window recursive doubling runs as
 // GatherTree.
 func TestAutoChoice(t *testing.T) {
-	for _, w := range []int{2, 3, 4, 8} {
+	for _, w := range []int{2, 3, 4, 6, 8, 16} {
 		comms := newComms(t, w)
 		c := comms[0]
 		for _, n := range []int{0, 4, 4096, autoDoublingRSBytes, autoDoublingRSBytes + 4, autoA2ABytes, 1 << 20} {
@@ -712,9 +712,14 @@ func TestAutoChoice(t *testing.T) {
 		if w >= autoDoublingMinW {
 			small = RecursiveDoubling
 		}
-		for _, n := range []int{4096, autoA2ABytes, autoDoublingARBytes - 4} {
+		for _, n := range []int{4096, autoA2ABytes, autoDoublingARBytes - 4, autoDoublingARBytes, autoHalvingBytes(w) - 4, autoHalvingBytes(w)} {
 			want := small
-			if n >= autoA2ABytes && w == 3 {
+			switch {
+			case n >= autoA2ABytes && w == 3, n >= autoHalvingBytes(w) && w > 2:
+				want = A2ATree
+			case n >= autoDoublingARBytes && w >= 4 && w&(w-1) == 0:
+				want = HalvingDoubling
+			case n >= autoDoublingARBytes && w >= 4:
 				want = A2ATree
 			}
 			if alg, _ := c.resolve(nil, false, n, n/4); alg != want {

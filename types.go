@@ -40,8 +40,8 @@ type Algorithm uint8
 
 const (
 	// Auto picks by size for AllReduce (over messages: RecursiveDoubling
-	// for small messages at W ≥ 4, GatherTree at W = 2 and 3, A2ATree for
-	// large ones; over a shared-memory window GatherTree or A2ATree) and
+	// for small messages at W ≥ 4, then HalvingDoubling at W = 2^k,
+	// GatherTree at W = 2 and 3, A2ATree for large ones; over a shared-memory window GatherTree or A2ATree) and
 	// for ReduceScatter (RecursiveDoubling for inputs up to 16 KiB over
 	// messages at W ≥ 4, A2ATree otherwise; docs/architecture.md, "Auto").
 	Auto Algorithm = iota
@@ -170,6 +170,21 @@ const autoDoublingMinW = 4
 // 341, 283, 397 / 221, 273, 302 (docs/benchmarks/tcp-loopback.md,
 // "Recursive doubling").
 const autoDoublingARBytes = 128 << 10
+
+// autoHalvingBytes is the per-rank AllReduce size from which Auto leaves
+// halving_doubling (from autoDoublingARBytes on, W = 2^k ≥ 4) for a2a_tree
+// over messages. 16-core Xeon host, forced TCP, fp32, 3 rounds, median µs,
+// a2a / halving: 128 KiB W = 4 129 / 117, W = 8 224 / 175, W = 16
+// 437 / 302; 256 KiB 235 / 305, 331 / 402, 647 / 415; 1 MiB 488 / 974,
+// 866 / 1216, 1439 / 1929. a2a_tree's W-1 concurrent streams move large
+// messages faster than one stream per level (docs/benchmarks/tcp-loopback.md,
+// "Halving and doubling").
+func autoHalvingBytes(w int) int {
+	if w >= 16 {
+		return 512 << 10
+	}
+	return 256 << 10
+}
 
 // autoDoublingGatherBytes is the largest AllGather block per rank that Auto
 // gathers by recursive doubling over messages. W = 4 on 2 cores, same
