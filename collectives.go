@@ -111,7 +111,7 @@ func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, rec
 	steps := tree.DoublingSteps(c.size, c.rank)
 	cur := send
 	tg := tag(phaseDoubling, call)
-	for _, st := range steps {
+	for i, st := range steps {
 		if st.From < 0 {
 			continue
 		}
@@ -126,6 +126,7 @@ func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, rec
 			},
 			func(p int) ([]byte, bool) { return tmp, p == st.From })
 		if err != nil {
+			c.relayMismatch(ctx, err, call, laterTo(steps[i+1:]))
 			return err
 		}
 		in := [][]byte{tmp, cur}
@@ -165,6 +166,7 @@ func (c *Comm) allReduceHalving(ctx context.Context, call agree.Call, send, recv
 			func(p int) ([]byte, bool) { return b(cur, st.Give), p == st.Peer },
 			func(p int) ([]byte, bool) { return theirs, p == st.Peer })
 		if err != nil {
+			c.relayMismatch(ctx, err, call, halvingPeers(steps, st.Peer))
 			return err
 		}
 		in := [][]byte{theirs, mine}
@@ -186,6 +188,7 @@ func (c *Comm) allReduceHalving(ctx context.Context, call agree.Call, send, recv
 			func(p int) ([]byte, bool) { return b(recv, st.Keep), p == st.Peer },
 			func(p int) ([]byte, bool) { return b(recv, st.Give), p == st.Peer })
 		if err != nil {
+			c.relayMismatch(ctx, err, call, halvingPeers(steps, st.Peer))
 			return err
 		}
 	}
@@ -198,7 +201,8 @@ func (c *Comm) allReduceHalving(ctx context.Context, call agree.Call, send, recv
 // messages. This rank's block is already in place in recv.
 func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []byte, n int) error {
 	w := c.size
-	for l, st := range tree.DoublingSteps(w, c.rank) {
+	steps := tree.DoublingSteps(w, c.rank)
+	for l, st := range steps {
 		if st.From < 0 {
 			continue
 		}
@@ -217,10 +221,31 @@ func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []b
 			},
 			func(p int) ([]byte, bool) { return theirs, p == st.From })
 		if err != nil {
+			c.relayMismatch(ctx, err, agree.Call{Seq: tg.Seq, Hash: tg.Sig}, laterTo(steps[l+1:]))
 			return err
 		}
 	}
 	return nil
+}
+
+// laterTo is every rank that receives from this one in steps.
+func laterTo(steps []tree.Step) []int {
+	var to []int
+	for _, st := range steps {
+		to = append(to, st.To...)
+	}
+	return to
+}
+
+// halvingPeers is every peer of steps but the one that failed.
+func halvingPeers(steps []tree.HalvingStep, failed int) []int {
+	var to []int
+	for _, st := range steps {
+		if st.Peer != failed {
+			to = append(to, st.Peer)
+		}
+	}
+	return to
 }
 
 func (c *Comm) allReduceA2A(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate, count int) error {

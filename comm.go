@@ -644,8 +644,30 @@ func (c *Comm) mismatch(err error, call agree.Call, rec *agree.Record) error {
 	if !errors.As(err, &te) {
 		return err
 	}
-	peer := -1
-	peerTag := te.Got // the receiver's view: the peer's message carried Got
+	peer, peerTag, via := offender(err, te)
+	if via >= 0 && (peerTag.Sig == 0 || peerTag.Seq == call.Seq && peerTag.Sig == call.Hash) {
+		// A relay whose call is this rank's own blames the rank that
+		// relayed it; one without a call names the rank it blames.
+		desc := fmt.Sprintf("a collective other than this rank's (relayed by rank %d)", via)
+		if peerTag.Sig != 0 {
+			peer = via
+			desc = "a collective other than this rank's (it relayed this rank's call as the one that differs)"
+		}
+		pc := agree.PeerCall{Rank: peer, Desc: desc}
+		return c.agr.TagMismatch(c.rank, call, rec, pc, err)
+	}
+	pc := c.agr.Peer(peer, agree.Call{Seq: peerTag.Seq, Hash: peerTag.Sig}, peerTag.Phase == phaseSig)
+	return c.agr.TagMismatch(c.rank, call, rec, pc, err)
+}
+
+// offender is the rank whose call differs, and the tag of its message, as
+// a tag mismatch tells: the peer whose message carried te.Got (the receiver's
+// view) or, when our send failed, the peer that wanted te.Want; a relayed
+// tag (relayTag) names the rank it came from, and via is the rank that
+// relayed it (-1 when not relayed).
+func offender(err error, te *transport.TagError) (peer int, tg transport.Tag, via int) {
+	peer, via = -1, -1
+	peerTag := te.Got
 	var tr *transport.Error
 	if errors.As(err, &tr) {
 		peer = tr.Peer
@@ -653,8 +675,62 @@ func (c *Comm) mismatch(err error, call agree.Call, rec *agree.Record) error {
 			peerTag = te.Want // the peer received our message and wanted Want
 		}
 	}
-	pc := c.agr.Peer(peer, agree.Call{Seq: peerTag.Seq, Hash: peerTag.Sig}, peerTag.Phase == phaseSig)
-	return c.agr.TagMismatch(c.rank, call, rec, pc, err)
+	if peerTag.Phase&phaseRelayBit != 0 {
+		via = peer
+		peer = int(peerTag.Phase >> 8 & (1<<23 - 1))
+		peerTag.Phase &= 0xff
+	}
+	return peer, peerTag, via
+}
+
+// Relayed mismatches. In the level-by-level algorithms (recursive doubling,
+// halving) a rank hears from only one peer per level, so a rank whose call
+// differs is seen by its own partners only. A rank that sees a mismatch
+// sends every later partner an empty message whose tag is the differing
+// rank's, with phaseRelayBit and that rank in the phase; the partner's
+// receive fails on the tag as if it had heard from that rank itself, and
+// relays it on. So every rank's call fails with ErrMismatch naming the rank
+// that differs (docs/reliability.md, "Mismatched collectives").
+const phaseRelayBit = 1 << 31
+
+// relayTag is the tag that relays the mismatch err tells of, seen in call.
+// A relayed call that is this rank's own means the relaying rank differs,
+// whose call is not known here: that relay names it and carries no call
+// (Sig 0).
+func relayTag(err error, call agree.Call) (transport.Tag, bool) {
+	var te *transport.TagError
+	if !errors.As(err, &te) {
+		return transport.Tag{}, false
+	}
+	peer, tg, via := offender(err, te)
+	if via >= 0 && tg.Sig != 0 && tg.Seq == call.Seq && tg.Sig == call.Hash {
+		peer, tg.Sig = via, 0
+	}
+	if peer < 0 || peer >= 1<<23 || tg.Phase > 0xff {
+		return transport.Tag{}, false
+	}
+	tg.Phase |= phaseRelayBit | uint32(peer)<<8
+	return tg, true
+}
+
+// relayMismatch sends the relay of err's mismatch to every rank in to, each
+// bounded by mismatchGrace; it does nothing for other errors.
+func (c *Comm) relayMismatch(ctx context.Context, err error, call agree.Call, to []int) {
+	tg, ok := relayTag(err, call)
+	if !ok || len(to) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, mismatchGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range to {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.t.Send(ctx, p, tg, nil) // best effort: the call has failed already
+		}()
+	}
+	wg.Wait()
 }
 
 // mismatchGrace is how long a rank that found a mismatch keeps its other
