@@ -526,17 +526,21 @@ func TestDeadPeer(t *testing.T) {
 }
 
 // TestDeadPeerMidDoubling: with the signature agreed, a rank that dies
-// before a recursive-doubling AllReduce or AllGather is a peer of only one
+// before a recursive-doubling AllReduce or AllGather, or a halving one, is a
+// peer of only one
 // rank per level; the failures cascade (a failing rank closes its
 // transport), so every rank errs well within the timeout, not at it.
 func TestDeadPeerMidDoubling(t *testing.T) {
 	const timeout = 20 * time.Second
-	for _, op := range []string{"AllReduce", "AllGather"} {
+	for _, op := range []string{"AllReduce", "AllGather", "AllReduce halving"} {
 		comms := newComms(t, 8, WithTimeout(timeout))
 		call := func(c *Comm) error {
 			b := make([]byte, 1024)
-			if op == "AllReduce" {
+			switch op {
+			case "AllReduce":
 				return c.AllReduce(context.Background(), b, b, FP32)
+			case "AllReduce halving":
+				return c.AllReduce(context.Background(), b, b, FP32, WithAlgorithm(HalvingDoubling))
 			}
 			return c.AllGather(context.Background(), b, make([]byte, 8*len(b)), FP32)
 		}
