@@ -72,8 +72,15 @@ func TestMoveOff(t *testing.T) {
 	if got := ts[1].seg.u32(ts[1].seg.rankOff(1) + rbCPU).Load(); got == uint32(cpu)+1 {
 		t.Errorf("rank 1 moved off CPU %d but still records it", cpu)
 	}
+	if ts[1].moved.Load() == 0 {
+		t.Error("rank 1 moved but did not record when")
+	}
+	// The rate limit, without depending on how long the checks above took
+	// (under -race on a loaded machine they may exceed moveEvery): as if
+	// rank 1 had moved just now.
 	cpu = currentCPU()
 	ts[0].sharerOn(cpu)
+	ts[1].moved.Store(nanotime())
 	if ts[1].moveOff(cpu, 0) {
 		t.Errorf("rank 1 moved twice within %v", moveEvery)
 	}
