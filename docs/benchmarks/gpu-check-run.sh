@@ -20,7 +20,7 @@ count() { echo "$(grep -c -- '--- PASS' "$1") passed, $(grep -c -- '--- FAIL' "$
 cat "$OUT/machine.txt"
 timeout 200 bin/gpu.test -test.run GPU -test.v -test.timeout 190s > "$OUT/tests-gpu.log" 2>&1 || rc=1
 echo "== gpu (one process): $(count "$OUT/tests-gpu.log")"
-timeout 200 bin/devcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 190s > "$OUT/tests-devcomm-onegpu.log" 2>&1 || rc=1
+timeout 330 bin/devcomm.test -test.run GPUIPCKernelsOneGPU -test.v -test.timeout 320s > "$OUT/tests-devcomm-onegpu.log" 2>&1 || rc=1
 echo "== devcomm one-GPU W=2..8 kernels: $(count "$OUT/tests-devcomm-onegpu.log")"
 for p in devcomm devverify gpuffn gpuattn; do
 	[ -x bin/$p.test ] || continue
