@@ -43,7 +43,7 @@ var tableCols = []struct {
 	w    int
 	left bool
 }{
-	{"op", 14, true}, {"dtype", 5, true}, {"algorithm", 11, true}, {"bytes", 10, false},
+	{"op", 14, true}, {"dtype", 5, true}, {"algorithm", 18, true}, {"bytes", 10, false},
 	{"det µs", 10, false}, {"base µs", 10, false}, {"sym µs", 10, false}, {"ratio", 6, false},
 	{"in GB/s", 8, false}, {"bus GB/s", 8, false}, {"base bus", 8, false},
 	{"repeat", 6, false}, {"oracle", 6, false}, {"max|Δ| vs base", 14, false},
