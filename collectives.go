@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"time"
 
@@ -115,17 +116,7 @@ func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, rec
 		if st.From < 0 {
 			continue
 		}
-		err := c.exchange(ctx, tg,
-			func(p int) ([]byte, bool) {
-				for _, q := range st.To {
-					if q == p {
-						return cur, true
-					}
-				}
-				return nil, false
-			},
-			func(p int) ([]byte, bool) { return tmp, p == st.From })
-		if err != nil {
+		if err := c.doublingStep(ctx, tg, st, cur, tmp); err != nil {
 			c.relayMismatch(ctx, err, call, laterTo(steps[i+1:]))
 			return err
 		}
@@ -210,22 +201,20 @@ func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []b
 		sib := lo ^ (1 << l)
 		mine := recv[lo*n : min(lo+1<<l, w)*n]
 		theirs := recv[sib*n : min(sib+1<<l, w)*n]
-		err := c.exchange(ctx, tg,
-			func(p int) ([]byte, bool) {
-				for _, q := range st.To {
-					if q == p {
-						return mine, true
-					}
-				}
-				return nil, false
-			},
-			func(p int) ([]byte, bool) { return theirs, p == st.From })
-		if err != nil {
+		if err := c.doublingStep(ctx, tg, st, mine, theirs); err != nil {
 			c.relayMismatch(ctx, err, agree.Call{Seq: tg.Seq, Hash: tg.Sig}, laterTo(steps[l+1:]))
 			return err
 		}
 	}
 	return nil
+}
+
+// doublingStep runs one level of tree.DoublingSteps: mine to every rank of
+// st.To, theirs from st.From.
+func (c *Comm) doublingStep(ctx context.Context, tg transport.Tag, st tree.Step, mine, theirs []byte) error {
+	return c.exchange(ctx, tg,
+		func(p int) ([]byte, bool) { return mine, slices.Contains(st.To, p) },
+		func(p int) ([]byte, bool) { return theirs, p == st.From })
 }
 
 // laterTo is every rank that receives from this one in steps.
