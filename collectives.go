@@ -109,7 +109,7 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 // is in the native accumulation; fp16 and bf16 with f32 accumulation would
 // need float32 partials and run as gather_tree instead (runsAs).
 func (c *Comm) allReduceDoubling(ctx context.Context, call agree.Call, send, recv, tmp []byte, dt DType, acc Accumulate) error {
-	steps := tree.DoublingSteps(c.size, c.rank)
+	steps := c.doublingSteps()
 	cur := send
 	tg := tag(phaseDoubling, call)
 	for i, st := range steps {
@@ -192,7 +192,7 @@ func (c *Comm) allReduceHalving(ctx context.Context, call agree.Call, send, recv
 // messages. This rank's block is already in place in recv.
 func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []byte, n int) error {
 	w := c.size
-	steps := tree.DoublingSteps(w, c.rank)
+	steps := c.doublingSteps()
 	for l, st := range steps {
 		if st.From < 0 {
 			continue
@@ -207,6 +207,16 @@ func (c *Comm) allGatherDoubling(ctx context.Context, tg transport.Tag, recv []b
 		}
 	}
 	return nil
+}
+
+// doublingSteps is this rank's tree.DoublingSteps, computed once: W and the
+// rank never change, and a small call should not allocate its schedule.
+// The caller holds c.mu.
+func (c *Comm) doublingSteps() []tree.Step {
+	if c.dsteps == nil {
+		c.dsteps = tree.DoublingSteps(c.size, c.rank)
+	}
+	return c.dsteps
 }
 
 // doublingStep runs one level of tree.DoublingSteps: mine to every rank of

@@ -14,6 +14,7 @@ import (
 	"github.com/detcoll/detcoll/reduce"
 	"github.com/detcoll/detcoll/transport"
 	"github.com/detcoll/detcoll/transport/inproc"
+	"github.com/detcoll/detcoll/tree"
 )
 
 // Comm is one rank's handle on a group of ranks. See the package doc for the
@@ -37,6 +38,7 @@ type Comm struct {
 	children []*Comm
 	deadline sharedDeadline // the context of calls made without one (withTimeout)
 	scratch  [][]byte       // reducer inputs of window collectives (inputs)
+	dsteps   []tree.Step    // this rank's recursive-doubling schedule (doublingSteps)
 }
 
 // Stats are a communicator's counters, read with (*Comm).Stats.

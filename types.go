@@ -41,9 +41,10 @@ type Algorithm uint8
 const (
 	// Auto picks by size for AllReduce (over messages: RecursiveDoubling
 	// for small messages at W ≥ 4, then HalvingDoubling at W = 2^k,
-	// GatherTree at W = 2 and 3, A2ATree for large ones; over a shared-memory window GatherTree or A2ATree) and
-	// for ReduceScatter (RecursiveDoubling for inputs up to 16 KiB over
-	// messages at W ≥ 4, A2ATree otherwise; docs/architecture.md, "Auto").
+	// GatherTree at W = 2 and 3, A2ATree for large ones; over a
+	// shared-memory window GatherTree or A2ATree) and for ReduceScatter
+	// (RecursiveDoubling for inputs up to 16 KiB over messages at W ≥ 4,
+	// A2ATree otherwise; docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
 	// transport-only path): (W-1)·N bytes received per rank.
