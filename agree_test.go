@@ -34,6 +34,13 @@ func arStep(dt DType, count int, alg Algorithm) step {
 	}}
 }
 
+// rsStep is a ReduceScatter of count elements per rank (W·count in).
+func rsStep(dt DType, count int, alg Algorithm) step {
+	return step{fmt.Sprintf("ReduceScatter(%v, %d)", dt, count), func(ctx context.Context, c *Comm) error {
+		return c.ReduceScatter(ctx, make([]byte, c.Size()*count*dt.Size()), make([]byte, count*dt.Size()), dt, WithAlgorithm(alg))
+	}}
+}
+
 var (
 	stepA = arStep(FP32, 1024, GatherTree) // 4096 bytes
 	stepB = arStep(BF16, 2048, GatherTree) // the same 4096 bytes, another collective
@@ -50,13 +57,15 @@ type mismatchCase struct {
 	firstBadIndex int    // index in others/odd of the first differing call
 }
 
-var mismatchCases = mismatchCasesFor(GatherTree)
+var mismatchCases = mismatchCasesFor(GatherTree, arStep)
 
-// mismatchCasesFor is the suite's cases with every AllReduce run by alg.
-func mismatchCasesFor(alg Algorithm) []mismatchCase {
-	a, b := arStep(FP32, 1024, alg), arStep(BF16, 2048, alg)
-	x, y := arStep(FP32, 1843427, alg), arStep(BF16, 3686854, alg)
-	m := arStep(FP32, 1<<18, alg)
+// mismatchCasesFor is the suite's cases with every collective made by mk
+// and run by alg (AllReduce's colliding counts are no collision for
+// another collective, but still calls that differ).
+func mismatchCasesFor(alg Algorithm, mk func(DType, int, Algorithm) step) []mismatchCase {
+	a, b := mk(FP32, 1024, alg), mk(BF16, 2048, alg)
+	x, y := mk(FP32, 1843427, alg), mk(BF16, 3686854, alg)
+	m := mk(FP32, 1<<18, alg)
 	return []mismatchCase{
 		{"skip", []step{a, b}, []step{a, a, b}, []step{a, b}, 1},
 		{"extra", []step{a, b}, []step{a, b}, []step{a, a, b}, 1},
@@ -72,8 +81,13 @@ func mismatchCasesFor(alg Algorithm) []mismatchCase {
 // level and the mismatch reaches the others relayed.
 var levelAlgorithms = []struct {
 	alg    Algorithm
+	mk     func(DType, int, Algorithm) step
 	worlds []int
-}{{RecursiveDoubling, []int{4, 5, 8}}, {HalvingDoubling, []int{4, 8}}}
+}{
+	{RecursiveDoubling, arStep, []int{4, 5, 8}},
+	{HalvingDoubling, arStep, []int{4, 8}},
+	{HalvingDoubling, rsStep, []int{4}},
+}
 
 type transportKind struct {
 	name string
@@ -88,7 +102,7 @@ var transportKinds = []transportKind{
 func TestMismatchedCallsFailEveryRank(t *testing.T) {
 	for _, tk := range transportKinds {
 		for _, w := range []int{2, 3, 4} {
-			testMismatches(t, tk, w, GatherTree)
+			testMismatches(t, tk, w, GatherTree, arStep)
 		}
 	}
 }
@@ -98,18 +112,19 @@ func TestMismatchRelayed(t *testing.T) {
 	for _, tk := range transportKinds {
 		for _, la := range levelAlgorithms {
 			for _, w := range la.worlds {
-				testMismatches(t, tk, w, la.alg)
+				testMismatches(t, tk, w, la.alg, la.mk)
 			}
 		}
 	}
 }
 
-func testMismatches(t *testing.T, tk transportKind, w int, alg Algorithm) {
+func testMismatches(t *testing.T, tk transportKind, w int, alg Algorithm, mk func(DType, int, Algorithm) step) {
 	const timeout = 10 * time.Second
 	{
 		{
-			for _, mc := range mismatchCasesFor(alg) {
-				t.Run(fmt.Sprintf("%s/%v/W=%d/%s", tk.name, alg, w, mc.name), func(t *testing.T) {
+			op, _, _ := strings.Cut(mk(FP32, 1, alg).name, "(")
+			for _, mc := range mismatchCasesFor(alg, mk) {
+				t.Run(fmt.Sprintf("%s/%s/%v/W=%d/%s", tk.name, op, alg, w, mc.name), func(t *testing.T) {
 					comms := tk.new(t, w, WithTimeout(timeout))
 					ctx := context.Background()
 					for _, s := range mc.warmup {
@@ -179,22 +194,15 @@ func testMismatches(t *testing.T, tk transportKind, w int, alg Algorithm) {
 	}
 }
 
-// sigName is how an error names a step's signature.
+// sigName is how an error names a step's signature: "Op(dtype, count)"
+// is named "Op(count=count, dtype=dtype".
 func sigName(t *testing.T, step string) string {
-	switch step {
-	case stepA.name:
-		return "AllReduce(count=1024, dtype=fp32"
-	case stepB.name:
-		return "AllReduce(count=2048, dtype=bf16"
-	case stepX.name:
-		return "AllReduce(count=1843427, dtype=fp32"
-	case stepY.name:
-		return "AllReduce(count=3686854, dtype=bf16"
-	case stepM.name:
-		return "AllReduce(count=262144, dtype=fp32"
+	op, args, ok := strings.Cut(strings.TrimSuffix(step, ")"), "(")
+	dt, count, ok2 := strings.Cut(args, ", ")
+	if !ok || !ok2 {
+		t.Fatalf("no name for %s", step)
 	}
-	t.Fatalf("no name for %s", step)
-	return ""
+	return fmt.Sprintf("%s(count=%s, dtype=%s", op, count, dt)
 }
 
 // The collision case is the real one: the seed's 24-bit tag hash (FNV-1a

@@ -334,10 +334,8 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 			return signature{}, err
 		}
 		alg = c.runsAs(alg, dt, acc)
-		if alg == GatherTree && alg0 == RecursiveDoubling || alg == HalvingDoubling {
-			// ReduceScatter's twin of recursive doubling where it cannot
-			// run, and of halving and doubling, whose ranges are not the
-			// ranks' blocks.
+		if alg == GatherTree && alg0 == RecursiveDoubling {
+			// ReduceScatter's twin of recursive doubling where it cannot run.
 			alg = A2ATree
 		}
 		return signature{op: opReduceScatter, dt: uint8(dt), acc: uint8(acc), alg: uint8(alg), count: uint64(len(recv) / dt.Size())}, nil
@@ -346,8 +344,11 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 			// One lane: no lane slices to allocate.
 			return c.reduceScatterWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt, acc)
 		}
-		if alg == RecursiveDoubling {
+		switch alg {
+		case RecursiveDoubling:
 			return c.reduceScatterDoubling(ctx, call, send, recv, dt, acc)
+		case HalvingDoubling:
+			return c.reduceScatterHalving(ctx, call, send, recv, dt, acc)
 		}
 		return c.reduceScatter(ctx, call, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
 	})
@@ -365,6 +366,88 @@ func (c *Comm) reduceScatterDoubling(ctx context.Context, call agree.Call, send,
 		return err
 	}
 	copy(recv, full[c.rank*len(recv):])
+	return nil
+}
+
+// reduceScatterHalving is the first half of halving_doubling over the W
+// blocks (tree.HalvingSteps with one part per block, W = 2^k): log2 W
+// messages per rank, of W/2, W/4, … 1 blocks, a2a_tree's bytes and
+// arithmetic in log2 W messages instead of W-1. The levels halve ranges
+// of positions, and rank r ends with position tree.HalvingPosition(W, r);
+// block b is read from position HalvingPosition(W, b), so r ends with block
+// r. Each element still goes through the tree's additions in its order:
+// where a block sits changes no bit. The first level packs the blocks it
+// gives into one message (they are not contiguous in send) and reduces the
+// ones it keeps block by block; later levels work on contiguous ranges of
+// the workspace, and the last one adds into recv.
+func (c *Comm) reduceScatterHalving(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	w, n := c.size, len(recv)
+	steps := tree.HalvingSteps(w, w, c.rank)
+	if len(steps) == 0 {
+		return c.reducer.Reduce(dt, acc, [][]byte{send}, recv)
+	}
+	// Reversing bits twice is the identity: the block at position pos is
+	// block HalvingPosition(W, pos).
+	atPos := func(pos int) []byte { b := tree.HalvingPosition(w, pos); return send[b*n : (b+1)*n] }
+	half := w / 2 * n
+	ws := c.workspace(2 * half)
+	// cur holds level 0's kept positions from steps[0].Keep[0] on; it reuses
+	// the packed message, which is sent once the first exchange returns.
+	cur, theirs := ws[:half], ws[half:]
+	base := steps[0].Keep[0]
+	rng := func(buf []byte, r [2]int) []byte { return buf[(r[0]-base)*n : (r[1]-base)*n] }
+	tg := tag(phaseHalving, call)
+	in := make([][]byte, 2)
+	add := func(left bool, mine, peer, out []byte) error {
+		in[0], in[1] = peer, mine
+		if left {
+			in[0], in[1] = mine, peer
+		}
+		return c.reducer.Reduce(dt, acc, in, out)
+	}
+	for l, st := range steps {
+		var give []byte
+		if l == 0 {
+			give = atPos(st.Give[0])
+			if st.Give[1]-st.Give[0] > 1 {
+				give = cur
+				for pos := st.Give[0]; pos < st.Give[1]; pos++ {
+					copy(give[(pos-st.Give[0])*n:], atPos(pos))
+				}
+			}
+		} else {
+			give = rng(cur, st.Give)
+		}
+		peer := theirs[:len(give)]
+		err := c.exchange(ctx, tg,
+			func(p int) ([]byte, bool) { return give, p == st.Peer },
+			func(p int) ([]byte, bool) { return peer, p == st.Peer })
+		if err != nil {
+			c.relayMismatch(ctx, err, call, halvingPeers(steps, st.Peer))
+			return err
+		}
+		last := l == len(steps)-1
+		if l == 0 {
+			for pos := st.Keep[0]; pos < st.Keep[1]; pos++ {
+				out := recv
+				if !last {
+					out = rng(cur, [2]int{pos, pos + 1})
+				}
+				i := pos - st.Keep[0]
+				if err := add(st.Left, atPos(pos), peer[i*n:(i+1)*n], out); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		out := rng(cur, st.Keep)
+		if last {
+			out = recv
+		}
+		if err := add(st.Left, rng(cur, st.Keep), peer, out); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -526,13 +526,14 @@ func TestDeadPeer(t *testing.T) {
 }
 
 // TestDeadPeerMidDoubling: with the signature agreed, a rank that dies
-// before a recursive-doubling AllReduce or AllGather, or a halving one, is a
+// before a recursive-doubling AllReduce or AllGather, or a halving
+// AllReduce or ReduceScatter, is a
 // peer of only one
 // rank per level; the failures cascade (a failing rank closes its
 // transport), so every rank errs well within the timeout, not at it.
 func TestDeadPeerMidDoubling(t *testing.T) {
 	const timeout = 20 * time.Second
-	for _, op := range []string{"AllReduce", "AllGather", "AllReduce halving"} {
+	for _, op := range []string{"AllReduce", "AllGather", "AllReduce halving", "ReduceScatter halving"} {
 		comms := newComms(t, 8, WithTimeout(timeout))
 		call := func(c *Comm) error {
 			b := make([]byte, 1024)
@@ -541,6 +542,8 @@ func TestDeadPeerMidDoubling(t *testing.T) {
 				return c.AllReduce(context.Background(), b, b, FP32)
 			case "AllReduce halving":
 				return c.AllReduce(context.Background(), b, b, FP32, WithAlgorithm(HalvingDoubling))
+			case "ReduceScatter halving":
+				return c.ReduceScatter(context.Background(), make([]byte, 8*len(b)), b, FP32, WithAlgorithm(HalvingDoubling))
 			}
 			return c.AllGather(context.Background(), b, make([]byte, 8*len(b)), FP32)
 		}
@@ -944,7 +947,8 @@ func (c countingTransport) Send(ctx context.Context, peer int, tg transport.Tag,
 // TestRecursiveDoublingMessages: a small AllReduce and AllGather at W ≥ 4
 // send the messages of tree.DoublingSteps (⌈log2 W⌉ per rank at W = 2^k),
 // not W-1 per rank, and an AllReduce with gather_tree asked sends W-1;
-// halving_doubling sends 2·log2 W at W = 2^k and runs as a2a_tree else.
+// halving_doubling sends 2·log2 W at W = 2^k (its ReduceScatter log2 W)
+// and runs as a2a_tree else.
 func TestRecursiveDoublingMessages(t *testing.T) {
 	for _, w := range []int{4, 6, 8} {
 		ts, err := inproc.New(w)
@@ -989,6 +993,9 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 			{"ReduceScatter auto", func(c *Comm) error {
 				return c.ReduceScatter(context.Background(), make([]byte, 64*w), make([]byte, 64), FP32)
 			}, want},
+			{"ReduceScatter halving_doubling", func(c *Comm) error {
+				return c.ReduceScatter(context.Background(), make([]byte, 64*w), make([]byte, 64), FP32, WithAlgorithm(HalvingDoubling))
+			}, halving / 2},
 			{"ReduceScatterMany recursive_doubling", func(c *Comm) error {
 				return c.ReduceScatterMany(context.Background(), [][]byte{make([]byte, 64*w)}, [][]byte{make([]byte, 64)}, FP32, WithAlgorithm(RecursiveDoubling))
 			}, int64(w * (w - 1))},

@@ -166,3 +166,24 @@ func HalvingSteps(count, w, r int) []HalvingStep {
 	}
 	return out
 }
+
+// HalvingPosition is where rank r's range ends up after the last level of
+// HalvingSteps(w, w, r): the position, counted in w equal parts of the
+// range, that r keeps. Bit l of r picks the half at level l, so it is r
+// with its log2 w bits reversed. A reduce-scatter puts block r at that
+// position and ends with block r. Reversing the bits is its own inverse,
+// so the block at position p is HalvingPosition(w, p). w must be a power of
+// two; other w give -1.
+func HalvingPosition(w, r int) int {
+	if w < 1 || w&(w-1) != 0 || r < 0 || r >= w {
+		return -1
+	}
+	pos := 0
+	for b := 1; b < w; b <<= 1 {
+		pos <<= 1
+		if r&b != 0 {
+			pos |= 1
+		}
+	}
+	return pos
+}

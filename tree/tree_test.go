@@ -230,3 +230,31 @@ func TestHalvingSteps(t *testing.T) {
 		t.Fatal("HalvingSteps at w = 6 is not nil")
 	}
 }
+
+// TestHalvingPosition: after the last level of HalvingSteps(w, w, r) rank r
+// keeps exactly part HalvingPosition(w, r) of w, and no two ranks keep the
+// same part (a reduce-scatter that puts block r there ends with block r).
+func TestHalvingPosition(t *testing.T) {
+	for w := 1; w <= 64; w *= 2 {
+		seen := make([]bool, w)
+		for r := 0; r < w; r++ {
+			pos := HalvingPosition(w, r)
+			if pos < 0 || pos >= w || seen[pos] {
+				t.Fatalf("w=%d r=%d: position %d out of range or taken twice", w, r, pos)
+			}
+			seen[pos] = true
+			keep := [2]int{0, w}
+			if steps := HalvingSteps(w, w, r); len(steps) > 0 {
+				keep = steps[len(steps)-1].Keep
+			}
+			if keep != [2]int{pos, pos + 1} {
+				t.Fatalf("w=%d r=%d: the last level keeps %v, HalvingPosition says %d", w, r, keep, pos)
+			}
+		}
+	}
+	for _, c := range []struct{ w, r int }{{3, 0}, {6, 1}, {0, 0}, {4, 4}, {4, -1}} {
+		if got := HalvingPosition(c.w, c.r); got != -1 {
+			t.Errorf("HalvingPosition(%d, %d) = %d, want -1", c.w, c.r, got)
+		}
+	}
+}
