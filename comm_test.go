@@ -695,7 +695,8 @@ func TestDTypeMismatchAcrossRanks(t *testing.T) {
 
 // TestAutoChoice: Auto ReduceScatter is A2ATree (its gather form receives
 // W times the bytes for the same bits) except for small inputs over
-// messages from W = 4 on (RecursiveDoubling); Auto AllReduce
+// messages from W = 4 on (HalvingDoubling at W = 2^k, else
+// RecursiveDoubling); Auto AllReduce
 // over messages is RecursiveDoubling below autoDoublingARBytes from W = 4 on,
 // GatherTree at W = 2 and 3; over a window recursive doubling runs as
 // GatherTree.
@@ -705,7 +706,10 @@ func TestAutoChoice(t *testing.T) {
 		c := comms[0]
 		for _, n := range []int{0, 4, 4096, autoDoublingRSBytes, autoDoublingRSBytes + 4, autoA2ABytes, 1 << 20} {
 			want := A2ATree
-			if w >= autoDoublingMinW && n <= autoDoublingRSBytes {
+			switch {
+			case w >= autoDoublingMinW && n <= autoDoublingRSBytes && w&(w-1) == 0:
+				want = HalvingDoubling
+			case w >= autoDoublingMinW && n <= autoDoublingRSBytes:
 				want = RecursiveDoubling
 			}
 			if alg, _ := c.resolve(nil, true, n, n/4); alg != want {

@@ -43,8 +43,9 @@ const (
 	// for small messages at W ≥ 4, then HalvingDoubling at W = 2^k,
 	// GatherTree at W = 2 and 3, A2ATree for large ones; over a
 	// shared-memory window GatherTree or A2ATree) and for ReduceScatter
-	// (RecursiveDoubling for inputs up to 16 KiB over messages at W ≥ 4,
-	// A2ATree otherwise; docs/architecture.md, "Auto").
+	// (inputs up to 16 KiB over messages at W ≥ 4: HalvingDoubling at
+	// W = 2^k, else RecursiveDoubling; A2ATree otherwise;
+	// docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
 	// transport-only path): (W-1)·N bytes received per rank.
@@ -83,9 +84,11 @@ const (
 	// all-gather the reduced ranges (Rabenseifner's all-reduce, in the
 	// tree's order). 2·log2 W messages per rank instead of 2(W-1): the
 	// bandwidth-optimal AllReduce over point-to-point messages at large W.
-	// Where it cannot run it runs as A2ATree: at other W, over a window,
-	// on GPUs, for fp16 and bf16 with f32 accumulation, and in the
-	// reduce-scatters (whose blocks are the ranks' own, not halves).
+	// ReduceScatter runs its first half over the W blocks, each placed so
+	// that rank r ends with block r (tree.HalvingPosition): log2 W
+	// messages instead of W-1, the same bytes. Where it cannot run it
+	// runs as A2ATree: at other W, over a window, on GPUs, for fp16 and
+	// bf16 with f32 accumulation, and in ReduceScatterMany.
 	HalvingDoubling
 )
 
@@ -194,7 +197,9 @@ func autoHalvingBytes(w int) int {
 const autoDoublingGatherBytes = 16 << 10
 
 // autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
-// blocks) that Auto reduces by recursive doubling over messages. 16-core
+// blocks) that Auto reduces level by level over messages: by halving at
+// W = 2^k (the same messages as doubling, fewer bytes), else by recursive
+// doubling. Doubling against a2a_tree on the 16-core
 // host, same runs, a2a / doubling: 4 KiB W = 4 33 / 32, W = 8 84 / 63,
 // W = 16 170 / 66; 16 KiB 38 / 41, 128 / 59, 228 / 142; 64 KiB 49 / 82,
 // 105 / 152, 174 / 169.

@@ -384,26 +384,26 @@ func (g *groupCheck) inputs(dt dtype.DType, size int) [][]byte {
 func (g *groupCheck) checkReductions(dt dtype.DType, acc reduce.Accumulate, alg detcoll.Algorithm) {
 	opts := []detcoll.Option{detcoll.WithAlgorithm(alg), detcoll.WithAccumulate(acc)}
 	ar, rs, rsm := outcome{ok: true}, outcome{ok: true}, outcome{ok: true}
-	// recursive_doubling and halving_doubling are AllReduce algorithms (the
-	// reduce-scatters run them as forms checked already).
-	arOnly := alg == detcoll.RecursiveDoubling || alg == detcoll.HalvingDoubling
+	// recursive_doubling and halving_doubling have their own AllReduce and
+	// ReduceScatter; ReduceScatterMany runs them as a2a_tree, checked
+	// already.
+	levels := alg == detcoll.RecursiveDoubling || alg == detcoll.HalvingDoubling
 	for _, n := range g.counts {
 		ins := g.inputs(dt, len(g.comms)*n*dt.Size())
 		full := make([]byte, len(ins[0]))
 		reduce.Oracle(dt, acc, ins, full)
 		blk := n * dt.Size()
 		ar.add(g.allReduce(ins, full, dt, opts))
-		if !arOnly {
-			rs.add(g.reduceScatter(ins, full, blk, dt, opts))
+		rs.add(g.reduceScatter(ins, full, blk, dt, opts))
+		if !levels {
 			rsm.add(g.reduceScatterMany(ins, full, blk, dt, opts))
 		}
 	}
 	g.row("all_reduce", dt, alg.String(), acc.String(), ar)
-	if arOnly {
-		return
-	}
 	g.row("reduce_scatter", dt, alg.String(), acc.String(), rs)
-	g.row("reduce_scatter_many", dt, alg.String(), acc.String(), rsm)
+	if !levels {
+		g.row("reduce_scatter_many", dt, alg.String(), acc.String(), rsm)
+	}
 }
 
 // allReduce runs AllReduce on ins; every rank must get full.

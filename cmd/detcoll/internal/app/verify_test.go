@@ -17,9 +17,9 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	// 2 transports × 2 world sizes × ((bf16, fp16: 2 modes; fp32, fp64: 1) ×
-	// (2 algorithms × 3 ops + the all_reduce of recursive_doubling and
-	// halving_doubling) + 4 all_gather rows)
-	if want := 2 * 2 * (6*(2*3+2) + 4); len(rows) != want {
+	// (2 algorithms × 3 ops + the all_reduce and reduce_scatter of
+	// recursive_doubling and halving_doubling) + 4 all_gather rows)
+	if want := 2 * 2 * (6*(2*3+2*2) + 4); len(rows) != want {
 		t.Fatalf("%d rows, want %d", len(rows), want)
 	}
 	if !strings.Contains(out.String(), "checks, 0 failed") {
