@@ -397,7 +397,8 @@ func (c *Comm) reduceScatterHalving(ctx context.Context, call agree.Call, send, 
 	base := steps[0].Keep[0]
 	rng := func(buf []byte, r [2]int) []byte { return buf[(r[0]-base)*n : (r[1]-base)*n] }
 	tg := tag(phaseHalving, call)
-	in := make([][]byte, 2)
+	in := c.inputs()[:2]
+	defer clear(in) // keep no view past the call
 	add := func(left bool, mine, peer, out []byte) error {
 		in[0], in[1] = peer, mine
 		if left {
