@@ -1015,3 +1015,43 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestLevelAlgorithmsOverTCP: the level-by-level algorithms give the
+// oracle's bits over TCP too (Exchange's inline and goroutine paths: blocks
+// of a few bytes and of more than 64 KiB), AllReduce and ReduceScatter, at
+// W = 4, 6 and 8 (6: halving runs as a2a_tree).
+func TestLevelAlgorithmsOverTCP(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, w := range []int{4, 6, 8} {
+		comms := tcpComms(t, w)
+		for _, dt := range []DType{FP32, BF16} {
+			for _, count := range []int{0, 1, 7, 20000} { // elements per block
+				ins := make([][]byte, w)
+				for r := range ins {
+					ins[r] = randomBuf(rng, dt, w*count)
+				}
+				full := oracle(t, dt, AccumulateNative, ins)
+				n := count * dt.Size()
+				for _, alg := range []Algorithm{RecursiveDoubling, HalvingDoubling} {
+					ars, rss := make([][]byte, w), make([][]byte, w)
+					mustEach(t, comms, func(c *Comm) error {
+						r := c.Rank()
+						ars[r], rss[r] = make([]byte, len(full)), make([]byte, n)
+						if err := c.AllReduce(context.Background(), ins[r], ars[r], dt, WithAlgorithm(alg)); err != nil {
+							return err
+						}
+						return c.ReduceScatter(context.Background(), ins[r], rss[r], dt, WithAlgorithm(alg))
+					})
+					for r := range w {
+						if !bytes.Equal(ars[r], full) {
+							t.Fatalf("W=%d %v count=%d %v: AllReduce on rank %d differs from the oracle", w, dt, count, alg, r)
+						}
+						if !bytes.Equal(rss[r], full[r*n:(r+1)*n]) {
+							t.Fatalf("W=%d %v count=%d %v: ReduceScatter on rank %d differs from the oracle", w, dt, count, alg, r)
+						}
+					}
+				}
+			}
+		}
+	}
+}
