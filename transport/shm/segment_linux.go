@@ -243,6 +243,50 @@ func (s *segment) prefaultWindows() {
 	_ = unix.Madvise(s.mem[s.l.winOff:s.l.total], unix.MADV_POPULATE_WRITE)
 }
 
+// touchPages reads one byte of every page this rank will read in the
+// window slots and its rings, and writes back the byte of every page it
+// will write (its own slots and outgoing rings, which no other rank writes,
+// so the store changes nothing). MADV_POPULATE_WRITE fills this process's
+// page tables, but under a hypervisor that shadows them (PVM, seen on this
+// project's 2-core machine on 2026-12-06) each page still costs an exit on
+// its first access from this process: the first 512 calls of 4 KiB, whose
+// publications rotate over new pages, ran at 15–16 µs per call instead of
+// 2–3, and 9–11 with the pages touched (docs/shm.md, "The first calls").
+func (s *segment) touchPages(rank int) {
+	if s.l.size < 1 || rank < 0 || rank >= s.l.size {
+		return
+	}
+	var sink byte
+	read := func(off, n int) {
+		for o := off; o < off+n; o += pageSize {
+			sink += s.mem[o]
+		}
+	}
+	write := func(off, n int) {
+		for o := off; o < off+n; o += pageSize {
+			b := &s.mem[o]
+			*b = *b
+		}
+	}
+	for r := 0; r < s.l.size; r++ {
+		for i := 0; i < winSlots; i++ {
+			if r == rank {
+				write(s.l.winSlot(r, i), s.l.winBytes)
+			} else {
+				read(s.l.winSlot(r, i), s.l.winBytes)
+			}
+		}
+		if r != rank {
+			write(s.l.dataOff+s.l.pair(rank, r)*s.l.ringBytes, s.l.ringBytes)
+			read(s.l.dataOff+s.l.pair(r, rank)*s.l.ringBytes, s.l.ringBytes)
+		}
+	}
+	touchSink.Add(uint32(sink))
+}
+
+// touchSink keeps touchPages' reads from being optimised away.
+var touchSink atomic.Uint32
+
 func (s *segment) unmap() {
 	if s.mem != nil {
 		unix.Munmap(s.mem)

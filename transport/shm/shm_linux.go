@@ -200,6 +200,7 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 	}()
 	if seg != nil {
 		t.publishProbe(seg)
+		seg.touchPages(t.rank)
 	}
 	if err := t.agreeMapped(ctx, mine); err != nil {
 		return err

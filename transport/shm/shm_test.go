@@ -633,3 +633,25 @@ func TestSharesCPU(t *testing.T) {
 		t.Error("an unknown CPU matched a peer")
 	}
 }
+
+// TestTouchPagesChangesNothing: touching a mapping's pages at set-up (a
+// read of every page, and a store of the same byte in the pages this rank
+// writes) leaves every byte of the segment as it was, for every rank.
+func TestTouchPagesChangesNothing(t *testing.T) {
+	s, err := createSegment("touch", 3, minRingBytes, minWindowBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.unmap()
+	defer s.unlink()
+	for i := range s.mem {
+		s.mem[i] = byte(i*7 + i>>12)
+	}
+	want := bytes.Clone(s.mem)
+	for r := -1; r <= 3; r++ { // -1 and 3 are out of range: no-ops
+		s.touchPages(r)
+		if !bytes.Equal(s.mem, want) {
+			t.Fatalf("touchPages(%d) changed the segment", r)
+		}
+	}
+}
