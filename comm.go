@@ -407,14 +407,19 @@ func (c *Comm) runsAs(alg Algorithm, dt DType, acc Accumulate) Algorithm {
 
 // autoReduceScatter is Auto's ReduceScatter algorithm for an input of bytes
 // per rank: a2a_tree, except small inputs over messages from W = 4 on.
-// Those go by halving at W = 2^k: the same ⌈log2 W⌉ messages as recursive
-// doubling, of W/2, W/4, … 1 blocks instead of all W, and a quarter to a
-// half of the arithmetic (docs/architecture.md, "Auto").
+// Those go by halving at W = 2^k (up to autoHalvingRSBytes): the same
+// ⌈log2 W⌉ messages as recursive doubling, of W/2, W/4, … 1 blocks instead
+// of all W, and a quarter to a half of the arithmetic; at other W by
+// recursive doubling (up to autoDoublingRSBytes; docs/architecture.md,
+// "Auto").
 func (c *Comm) autoReduceScatter(bytes, elems int, acc Accumulate) Algorithm {
-	if sh, _ := c.window(); sh == nil && c.size >= autoDoublingMinW && bytes <= autoDoublingRSBytes && doublingCan(bytes, elems, acc) {
-		if c.size&(c.size-1) == 0 {
-			return HalvingDoubling
-		}
+	if sh, _ := c.window(); sh != nil || c.size < autoDoublingMinW || !doublingCan(bytes, elems, acc) {
+		return A2ATree
+	}
+	switch {
+	case c.size&(c.size-1) == 0 && bytes <= autoHalvingRSBytes:
+		return HalvingDoubling
+	case c.size&(c.size-1) != 0 && bytes <= autoDoublingRSBytes:
 		return RecursiveDoubling
 	}
 	return A2ATree

@@ -704,10 +704,10 @@ func TestAutoChoice(t *testing.T) {
 	for _, w := range []int{2, 3, 4, 6, 8, 16} {
 		comms := newComms(t, w)
 		c := comms[0]
-		for _, n := range []int{0, 4, 4096, autoDoublingRSBytes, autoDoublingRSBytes + 4, autoA2ABytes, 1 << 20} {
+		for _, n := range []int{0, 4, 4096, autoDoublingRSBytes, autoDoublingRSBytes + 4, autoHalvingRSBytes, autoHalvingRSBytes + 4, autoA2ABytes, 1 << 20} {
 			want := A2ATree
 			switch {
-			case w >= autoDoublingMinW && n <= autoDoublingRSBytes && w&(w-1) == 0:
+			case w >= autoDoublingMinW && n <= autoHalvingRSBytes && w&(w-1) == 0:
 				want = HalvingDoubling
 			case w >= autoDoublingMinW && n <= autoDoublingRSBytes:
 				want = RecursiveDoubling

@@ -43,8 +43,8 @@ const (
 	// for small messages at W ≥ 4, then HalvingDoubling at W = 2^k,
 	// GatherTree at W = 2 and 3, A2ATree for large ones; over a
 	// shared-memory window GatherTree or A2ATree) and for ReduceScatter
-	// (inputs up to 16 KiB over messages at W ≥ 4: HalvingDoubling at
-	// W = 2^k, else RecursiveDoubling; A2ATree otherwise;
+	// (over messages at W ≥ 4: HalvingDoubling at W = 2^k for inputs up
+	// to 32 KiB, else RecursiveDoubling up to 16 KiB; A2ATree otherwise;
 	// docs/architecture.md, "Auto").
 	Auto Algorithm = iota
 	// GatherTree all-gathers every input, then reduces locally (the seed's
@@ -204,6 +204,19 @@ const autoDoublingGatherBytes = 16 << 10
 // W = 16 170 / 66; 16 KiB 38 / 41, 128 / 59, 228 / 142; 64 KiB 49 / 82,
 // 105 / 152, 174 / 169.
 const autoDoublingRSBytes = 16 << 10
+
+// autoHalvingRSBytes is the largest ReduceScatter input per rank that Auto
+// reduces by halving over messages at W = 2^k ≥ 4 (a2a_tree above). It
+// sends recursive doubling's messages with a2a_tree's bytes, so it takes
+// over doubling's range and goes on while the messages still cost more than
+// the bytes. Medians µs, halving / a2a_tree / Open MPI TCP, same runs
+// (docs/benchmarks/tcp-loopback.md, "ReduceScatter by halving"): this 2-core
+// machine at W = 4, 32 KiB 93 / 89 / 104 (and 94 / 101, 108 / 113), 64 KiB
+// 149 / 105 / 123; the 16-core host, 64 KiB, W = 4 58 / 75 / 52, W = 8
+// 109 / 131 / 64, W = 16 112 / 250 / 88. The choice must not depend on the
+// host (ranks on different hosts would choose differently), so the bound
+// sits where the 2-core machine is even, below where it loses.
+const autoHalvingRSBytes = 32 << 10
 
 func elemsOf(bytes int, dt DType) int {
 	if sz := dt.Size(); sz > 0 {
