@@ -244,9 +244,8 @@ func (s *segment) prefaultWindows() {
 }
 
 // touchPages reads one byte of every page this rank will read in the
-// window slots and its rings, and writes back the byte of every page it
-// will write (its own slots and outgoing rings, which no other rank writes,
-// so the store changes nothing). MADV_POPULATE_WRITE fills this process's
+// window slots and its rings, and adds 0 to a word of every page it will
+// write (its own slots and outgoing rings): a store that changes nothing. MADV_POPULATE_WRITE fills this process's
 // page tables, but under a hypervisor that shadows them (PVM, seen on this
 // project's 2-core machine on 2026-12-06) each page still costs an exit on
 // its first access from this process: the first 512 calls of 4 KiB, whose
@@ -264,8 +263,7 @@ func (s *segment) touchPages(rank int) {
 	}
 	write := func(off, n int) {
 		for o := off; o < off+n; o += pageSize {
-			b := &s.mem[o]
-			*b = *b
+			s.u32(o).Add(0) // a locked add of 0: a store that changes nothing, even racing
 		}
 	}
 	for r := 0; r < s.l.size; r++ {
