@@ -245,12 +245,13 @@ func (s *segment) prefaultWindows() {
 
 // touchPages reads one byte of every page this rank will read in the
 // window slots and its rings, and adds 0 to a word of every page it will
-// write (its own slots and outgoing rings): a store that changes nothing. MADV_POPULATE_WRITE fills this process's
-// page tables, but under a hypervisor that shadows them (PVM, seen on this
+// write (its own slots and outgoing rings): a store that changes nothing.
+// MADV_POPULATE_WRITE fills this process's page tables, but under a hypervisor that shadows them (PVM, seen on this
 // project's 2-core machine on 2026-12-06) each page still costs an exit on
-// its first access from this process: the first 512 calls of 4 KiB, whose
-// publications rotate over new pages, ran at 15–16 µs per call instead of
-// 2–3, and 9–11 with the pages touched (docs/shm.md, "The first calls").
+// its first access from this process, and a first store after a read
+// costs another: the first 512 calls of 4 KiB, whose publications rotate
+// over new pages, ran at 15–16 µs per call instead of 2–3; 9–11 with the
+// pages only read; 2.8–3.8 touched so (docs/shm.md, "The first calls").
 func (s *segment) touchPages(rank int) {
 	if s.l.size < 1 || rank < 0 || rank >= s.l.size {
 		return
