@@ -306,7 +306,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 	}, func(ctx context.Context, call agree.Call) error {
 		n := len(send)
 		if sh, slot := c.window(); sh != nil {
-			return c.allGatherWindow(ctx, sh, slot, tag(phaseGather, call), send, recv, dt.Size())
+			return c.allGatherWindow(ctx, sh, slot, call, send, recv, dt.Size())
 		}
 		copy(recv[c.rank*n:], send) // a no-op copy when in place
 		if c.gatherDoubling(n) {
@@ -676,7 +676,7 @@ func (c *Comm) AllGatherMany(ctx context.Context, sends, recvs [][]byte, dt DTyp
 	}, func(ctx context.Context, call agree.Call) error {
 		if sh, slot := c.window(); sh != nil {
 			for l := range sends {
-				if err := c.allGatherWindow(ctx, sh, slot, tag(phaseGather, call), sends[l], recvs[l], dt.Size()); err != nil {
+				if err := c.allGatherWindow(ctx, sh, slot, call, sends[l], recvs[l], dt.Size()); err != nil {
 					return err
 				}
 			}

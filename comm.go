@@ -39,6 +39,7 @@ type Comm struct {
 	deadline sharedDeadline // the context of calls made without one (withTimeout)
 	scratch  [][]byte       // reducer inputs of window collectives (inputs)
 	dsteps   []tree.Step    // this rank's recursive-doubling schedule (doublingSteps)
+	noExpose bool           // every rank's transport said it cannot expose (window.go)
 }
 
 // Stats are a communicator's counters, read with (*Comm).Stats.
@@ -57,6 +58,10 @@ type commConfig struct {
 	// gatherDoublingBytes is the largest AllGather block (bytes per rank)
 	// that goes by recursive doubling over messages; the tests lower it.
 	gatherDoublingBytes int
+	// exposeBytes is the smallest AllGather block (bytes per rank) that
+	// peers copy from the owner's buffer when the transport is a
+	// transport.Exposer (window.go); the tests lower it.
+	exposeBytes int
 }
 
 // CommOption configures New and NewInProc.
@@ -101,7 +106,7 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 		return nil, fmt.Errorf("detcoll: New: %w: nil transport", ErrInvalidArgument)
 	}
 	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), agr: newAgreement()}
-	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative, gatherDoublingBytes: autoDoublingGatherBytes}
+	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative, gatherDoublingBytes: autoDoublingGatherBytes, exposeBytes: autoExposeBytes}
 	for _, o := range opts {
 		o(&c.cfg)
 	}
@@ -450,6 +455,7 @@ const (
 	phaseSplit
 	phaseDoubling
 	phaseHalving
+	phaseExpose
 )
 
 // tag is the tag of every message of call in the given phase. Every

@@ -196,6 +196,13 @@ func autoHalvingBytes(w int) int {
 // 197 / 172 (188), 64 KiB 270 / 318 (696).
 const autoDoublingGatherBytes = 16 << 10
 
+// autoExposeBytes is the smallest AllGather block per rank that ranks of
+// one host copy straight out of each other's send buffers (a
+// transport.Exposer) instead of through the shared window: one copy per
+// block instead of two. Measured in docs/shm.md, "AllGather from exposed
+// buffers".
+const autoExposeBytes = 64 << 10
+
 // autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
 // blocks) that Auto reduces level by level over messages: by halving at
 // W = 2^k (the same messages as doubling, fewer bytes), else by recursive

@@ -2,6 +2,7 @@ package detcoll
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/detcoll/detcoll/internal/agree"
@@ -139,9 +140,17 @@ func (c *Comm) allReduceShards(ctx context.Context, sh transport.Sharer, slot in
 }
 
 // allGatherWindow: every rank publishes its piece and copies every rank's
-// into recv.
-func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot int, tg transport.Tag, send, recv []byte, sz int) error {
+// into recv. Large blocks go from the peers' send buffers straight into
+// recv where the transport can (allGatherExposed).
+func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, sz int) error {
 	bn := len(send)
+	if ex, ok := sh.(transport.Exposer); ok && !c.noExpose && bn >= c.cfg.exposeBytes {
+		done, err := c.allGatherExposed(ctx, ex, tag(phaseExpose, call), send, recv)
+		if done {
+			return err
+		}
+	}
+	tg := tag(phaseGather, call)
 	return pieces(bn, slot, sz, func(off, n int) error {
 		views, err := publish(ctx, sh, tg, n, func(s []byte) { copyCached(s, send[off:off+n]) }, sameLen(n))
 		if err != nil {
@@ -156,6 +165,42 @@ func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot in
 		copyOut(len(recv), recv[c.rank*bn+off:], send[off:off+n]) // a no-op copy when in place
 		return nil
 	})
+}
+
+// allGatherExposed: every rank exposes send, copies its own block while
+// the peers arrive, then copies every peer's straight from the peer's memory
+// into recv, starting with the next rank so that the W readers of a block do
+// not all start with the same owner. It reports done = false, having moved
+// no peer's bytes, when the ranks agreed that some of them cannot read their
+// peers (then the window is still usable, and no later call tries again).
+func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte) (done bool, err error) {
+	bn, me := len(send), c.rank
+	if err := ex.Expose(ctx, tg, send); err != nil {
+		return true, err
+	}
+	copyOut(len(recv), recv[me*bn:(me+1)*bn], send) // a no-op copy when in place
+	lens, err := ex.Exposed(ctx)
+	switch {
+	case errors.Is(err, transport.ErrNoExpose):
+		c.noExpose = true
+		return false, nil
+	case err != nil:
+		return true, err
+	}
+	for i := 1; i < c.size && err == nil; i++ {
+		p := (me + i) % c.size
+		if lens[p] != bn {
+			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
+				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, lens[p], bn)}
+			break
+		}
+		err = ex.ReadExposed(p, 0, recv[p*bn:(p+1)*bn])
+	}
+	// Always: send is the caller's again only once Unexpose returns.
+	if uerr := ex.Unexpose(ctx); err == nil {
+		err = uerr
+	}
+	return true, err
 }
 
 // reduceScatterWindow: piece j of every block goes into the slot (block b's

@@ -108,6 +108,44 @@ type Sharer interface {
 	Release()
 }
 
+// Exposer is implemented by Sharer transports whose ranks may read each
+// other's private memory (Linux cross-memory attach between the processes of
+// one host). A rank exposes a buffer instead of staging a copy of it, and
+// every peer copies what it needs straight out of it: one copy per block
+// instead of one into a shared slot and one out of it.
+//
+// An exposure is Expose, Exposed, any number of ReadExposed, Unexpose. It is
+// a window publication: the Sharer rules (one goroutine, the same sequence
+// on every rank) hold, and Expose needs every earlier publication released.
+// From Expose on, peers may read buf: the caller must not write it, nor let
+// it go, until Exposed fails or Unexpose returns, whatever Unexpose returns.
+type Exposer interface {
+	// Expose publishes buf's address and length (not its bytes) under tag
+	// and returns without waiting for the peers, so the caller may work
+	// while they arrive. On failure nothing is exposed.
+	Expose(ctx context.Context, tag Tag, buf []byte) error
+	// Exposed waits until every rank has exposed its buffer and returns
+	// their lengths, rank p's at index p. On failure the exposure is over
+	// (no Unexpose): with ErrNoExpose, which every rank gets for the same
+	// call when some rank cannot read some peer's memory, the window stays
+	// usable (the caller stages copies instead); any other error leaves it
+	// unusable.
+	Exposed(ctx context.Context) ([]int, error)
+	// ReadExposed copies len(dst) bytes from offset off of rank p's exposed
+	// buffer into dst. It fails, and leaves the window unusable, when the
+	// range is outside the buffer or p withdrew it before the copy ended.
+	ReadExposed(p, off int, dst []byte) error
+	// Unexpose says this rank has finished reading the exposed buffers and
+	// waits until every rank has, after which buf is the caller's again. On
+	// failure (a context, a dead peer) the exposure is withdrawn first: a peer
+	// still reading fails instead of keeping bytes the caller may overwrite.
+	Unexpose(ctx context.Context) error
+}
+
+// ErrNoExpose is Exposed's error when some rank of the group cannot read its
+// peers' memory; every rank gets it for the same call.
+var ErrNoExpose = errors.New("transport: some rank cannot read its peers' memory")
+
 // Namer is implemented by transports that can describe themselves ("inproc",
 // "tcp", "nccl") for reports and errors.
 type Namer interface {

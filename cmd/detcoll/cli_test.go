@@ -335,19 +335,36 @@ func TestBenchFaultMatrix(t *testing.T) {
 			for _, w := range []int{2, 3, 4} {
 				t.Run(ph.name+"/"+sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
 					t.Parallel()
-					testBenchFault(t, bin, ph.name, ph.names, sig, w)
+					testBenchFault(t, bin, ph.name, ph.names, sig, w, "4096")
 				})
 			}
 		}
 	}
 }
 
-func testBenchFault(t *testing.T, bin, phase, names, sig string, w int) {
+// TestBenchFaultExposed: the fault matrix's detcoll phase in an AllGather
+// of 256 KiB per rank over shared memory, which ranks read from each
+// other's buffers (exposures) where the kernel lets them, at W = 2 and 3.
+func TestBenchFaultExposed(t *testing.T) {
+	bin := buildDetcoll(t)
+	for _, sig := range []string{"stop", "kill"} {
+		for _, w := range []int{2, 3} {
+			t.Run(sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
+				t.Parallel()
+				testBenchFault(t, bin, "detcoll", `all_gather fp32 \S+ 262144 B: (detcoll: AllGather on rank|bench: deterministic first run)`,
+					sig, w, "262144", "--operations", "all_gather", "--dtype", "fp32", "--algorithms", "auto")
+			})
+		}
+	}
+}
+
+func testBenchFault(t *testing.T, bin, phase, names, sig string, w int, size string, extra ...string) {
 	start := time.Now()
 	// A grace period longer than the ranks need: a rank that the launcher
 	// SIGTERMs must print its error at once, not rely on the grace.
 	args := append([]string{"launch", "--standalone", "--nproc-per-node", strconv.Itoa(w), "--grace-period", "3s", "--",
-		bin, "bench", "--timeout", "2s", "--size-bytes", "4096", "--output", ""}, quick...)
+		bin, "bench", "--timeout", "2s", "--size-bytes", size, "--output", ""}, quick...)
+	args = append(args, extra...)
 	if phase == "rendezvous" {
 		// The set-up's own bound is what the peers then wait for; the
 		// other phases keep its default (30 s), so that a slow start on

@@ -24,7 +24,7 @@ import (
 //	windows              two slots of windowBytes per rank (window.go)
 const (
 	segMagic   = 0x31_4d_53_63_64 // "dcSM1"
-	segVersion = 3                // 3: window headers carry the publication's offset
+	segVersion = 4                // 4: the window line has the exposure word
 	pageSize   = 4096
 	ctlBytes   = 256
 )
@@ -54,6 +54,7 @@ const (
 	// counts), then one 64-byte header per window slot.
 	rwPub   = 0
 	rwRel   = 8
+	rwExp   = 16 // the publication whose buffer this rank exposes (0: none; expose_linux.go)
 	rwHdr   = 64 // + slot*64: publication number, phase, length, seq, sig, offset
 	rwBytes = rwHdr + winSlots*64
 )

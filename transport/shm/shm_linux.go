@@ -109,7 +109,8 @@ type Transport struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
-	win    window      // the collective staging window (window.go)
+	win    window      // the collective staging window (window_linux.go)
+	exp    exposure    // the exposed buffers (expose_linux.go)
 	leaked atomic.Bool // Close left the segment mapped (views never released)
 
 	mu       sync.Mutex
@@ -122,6 +123,7 @@ var (
 	_ transport.Splitter  = (*Transport)(nil)
 	_ transport.Namer     = (*Transport)(nil)
 	_ transport.Sharer    = (*Transport)(nil)
+	_ transport.Exposer   = (*Transport)(nil)
 )
 
 func (t *Transport) Rank() int    { return t.rank }
@@ -373,7 +375,8 @@ func (t *Transport) Close() error {
 			return
 		}
 		t.seg.u32(t.seg.rankOff(t.rank) + rbClosed).Store(1)
-		futexWake(t.seg.u32(offBell)) // window waiters see the closed flag now
+		t.seg.u64(t.winWord(t.rank, rwExp)).Store(0) // a peer mid-read fails (expose_linux.go)
+		futexWake(t.seg.u32(offBell))                // window waiters see the closed flag now
 		for p := range t.out {
 			if p != t.rank {
 				t.out[p].wakeAll()

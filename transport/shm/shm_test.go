@@ -462,6 +462,31 @@ func helperMain() int {
 			}
 		}
 		fmt.Printf("RESULT %v|%v|%v\n", err == nil, err, tr.Direct(1-rank))
+	case "expose":
+		// Two processes read each other's exposed 1 MiB buffers.
+		got, err := exposeAll(ctx, tr, transport.Tag{Phase: 7}, pattern(1<<20, rank))
+		if err == nil && !bytes.Equal(got[1-rank], pattern(1<<20, 1-rank)) {
+			err = errors.New("the peer's buffer read wrong")
+		}
+		fmt.Printf("RESULT %v|%v|%v\n", err == nil || errors.Is(err, transport.ErrNoExpose), err, err == nil)
+	case "exposedie":
+		// Rank 1 exposes and dies before it reads; rank 0's Unexpose
+		// (rank 0 reads nothing: a copy from a dead process is another
+		// error),
+		// waiting for rank 1 to be done with its buffer, must fail with
+		// ErrPeerDead at once, not at its deadline.
+		err := tr.Expose(ctx, transport.Tag{Phase: 7}, make([]byte, 64))
+		if err == nil {
+			_, err = tr.Exposed(ctx)
+		}
+		if rank == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		start := time.Now()
+		if err == nil {
+			err = tr.Unexpose(ctx)
+		}
+		fmt.Printf("RESULT %v|%v|%d\n", errors.Is(err, ErrPeerDead) || errors.Is(err, transport.ErrNoExpose), err, time.Since(start).Milliseconds())
 	}
 	tr.Close()
 	return 0
@@ -500,9 +525,10 @@ func result(t *testing.T, out string) []string {
 // TestDeadPeerDetected: a peer process killed without closing fails the
 // waiting rank with ErrPeerDead within a fraction of a second, not at its
 // 30 s deadline: waiting for a message (die) and, between publications, for
-// the next window publication (windowdie).
+// the next window publication (windowdie) and for its release of an
+// exposed buffer (exposedie).
 func TestDeadPeerDetected(t *testing.T) {
-	for _, mode := range []string{"die", "windowdie"} {
+	for _, mode := range []string{"die", "windowdie", "exposedie"} {
 		outs := runHelpers(t, mode)
 		res := result(t, outs[0])
 		ms, _ := strconv.Atoi(res[2])
@@ -523,6 +549,20 @@ func TestDirectAcrossProcesses(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, res[1])
 		}
 		t.Logf("rank %d reads its peer directly: %s", r, res[2])
+	}
+}
+
+// TestExposeAcrossProcesses: two processes read each other's exposed
+// buffers intact (or agree that they cannot, where the kernel refuses cross
+// memory attach).
+func TestExposeAcrossProcesses(t *testing.T) {
+	outs := runHelpers(t, "expose")
+	for r := range 2 {
+		res := result(t, outs[r])
+		if res[0] != "true" {
+			t.Fatalf("rank %d: %v", r, res[1])
+		}
+		t.Logf("rank %d read its peer's exposed buffer: %s", r, res[2])
 	}
 }
 

@@ -151,10 +151,18 @@ func rotate(cursor *int, n, span int) int {
 // Publish makes the staged slot visible under tag, waits for every rank's
 // and returns their blocks.
 func (t *Transport) Publish(ctx context.Context, tag transport.Tag) ([][]byte, error) {
-	const op = "publish"
+	if err := t.post(tag); err != nil {
+		return nil, err
+	}
+	return t.collect(ctx, "publish", tag)
+}
+
+// post is Publish up to the wait: it makes the staged slot visible under
+// tag.
+func (t *Transport) post(tag transport.Tag) error {
 	w := &t.win
 	if !w.ok {
-		return nil, t.fail(op, -1, errors.New("shm: Publish without Stage"))
+		return t.fail("publish", -1, errors.New("shm: Publish without Stage"))
 	}
 	w.ok = false
 	k := w.pub + 1
@@ -169,6 +177,15 @@ func (t *Transport) Publish(ctx context.Context, tag transport.Tag) ([][]byte, e
 	t.seg.u64(t.winWord(t.rank, rwPub)).Store(k) // after the header and the data
 	w.pub = k
 	t.ringBell()
+	return nil
+}
+
+// collect is the rest of Publish: it waits until every rank has published
+// this rank's last post, checks their headers and returns their blocks.
+func (t *Transport) collect(ctx context.Context, op string, tag transport.Tag) ([][]byte, error) {
+	w := &t.win
+	k := w.pub
+	slot := int(k % winSlots)
 	fail := func(p int, err error) ([][]byte, error) {
 		w.broken = err
 		t.unhold()

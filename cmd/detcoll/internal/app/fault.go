@@ -239,6 +239,24 @@ func (t faultSharer) Release() { t.sh.Release() }
 
 var _ transport.Sharer = faultSharer{}
 
+// faultExposer is faultSharer over a transport.Exposer (shm between
+// processes that may read each other), whose large AllGathers expose
+// buffers instead of publishing blocks: the fault fires at the exposure.
+type faultExposer struct {
+	faultSharer
+	ex transport.Exposer
+}
+
+func (t faultExposer) Expose(ctx context.Context, tag transport.Tag, buf []byte) error {
+	t.check(tag)
+	return t.ex.Expose(ctx, tag, buf)
+}
+func (t faultExposer) Exposed(ctx context.Context) ([]int, error) { return t.ex.Exposed(ctx) }
+func (t faultExposer) ReadExposed(p, off int, dst []byte) error   { return t.ex.ReadExposed(p, off, dst) }
+func (t faultExposer) Unexpose(ctx context.Context) error         { return t.ex.Unexpose(ctx) }
+
+var _ transport.Exposer = faultExposer{}
+
 // wrapFault returns the cluster.Options.WrapTransport for f, nil when f
 // needs none: at connect it fires as the transport is handed over, at
 // detcoll it wraps the transport to fire once arm is set.
@@ -256,6 +274,9 @@ func wrapFault(f fault, arm *atomic.Bool) func(transport.Transport) transport.Tr
 				return faultExchanger{ft}
 			}
 			if sh, ok := t.(transport.Sharer); ok {
+				if ex, ok := t.(transport.Exposer); ok {
+					return faultExposer{faultSharer{ft, sh}, ex}
+				}
 				return faultSharer{ft, sh}
 			}
 			return ft
