@@ -58,9 +58,9 @@ type commConfig struct {
 	// gatherDoublingBytes is the largest AllGather block (bytes per rank)
 	// that goes by recursive doubling over messages; the tests lower it.
 	gatherDoublingBytes int
-	// exposeBytes is the smallest AllGather block (bytes per rank) that
-	// peers copy from the owner's buffer when the transport is a
-	// transport.Exposer (window.go); the tests lower it.
+	// exposeBytes: AllGather blocks (bytes per rank) larger than this are
+	// copied from the owner's buffer when the transport is a
+	// transport.Exposer (window.go).
 	exposeBytes int
 }
 

@@ -196,12 +196,16 @@ func autoHalvingBytes(w int) int {
 // 197 / 172 (188), 64 KiB 270 / 318 (696).
 const autoDoublingGatherBytes = 16 << 10
 
-// autoExposeBytes is the smallest AllGather block per rank that ranks of
-// one host copy straight out of each other's send buffers (a
-// transport.Exposer) instead of through the shared window: one copy per
-// block instead of two. Measured in docs/shm.md, "AllGather from exposed
-// buffers".
-const autoExposeBytes = 64 << 10
+// autoExposeBytes: AllGather blocks per rank larger than this, between
+// ranks of one host that may read each other's memory (a
+// transport.Exposer), are copied straight out of the peers' send buffers
+// instead of through the shared window: one copy per block instead of two.
+// At W = 2 on this project's 2-core machine the window was faster up to
+// 128 KiB (7.7 against 10.5 µs) and the exposed copies from 160 KiB (15.3
+// against 33.5); on a 16-core host they were faster from 64 KiB, but the
+// window there is well within Open MPI's time (docs/shm.md, "AllGather from
+// exposed buffers").
+const autoExposeBytes = 128 << 10
 
 // autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
 // blocks) that Auto reduces level by level over messages: by halving at

@@ -144,7 +144,7 @@ func (c *Comm) allReduceShards(ctx context.Context, sh transport.Sharer, slot in
 // recv where the transport can (allGatherExposed).
 func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, sz int) error {
 	bn := len(send)
-	if ex, ok := sh.(transport.Exposer); ok && !c.noExpose && bn >= c.cfg.exposeBytes {
+	if ex, ok := sh.(transport.Exposer); ok && !c.noExpose && bn > c.cfg.exposeBytes {
 		done, err := c.allGatherExposed(ctx, ex, tag(phaseExpose, call), send, recv)
 		if done {
 			return err

@@ -127,9 +127,9 @@ type Exposer interface {
 	// Exposed waits until every rank has exposed its buffer and returns
 	// their lengths, rank p's at index p. On failure the exposure is over
 	// (no Unexpose): with ErrNoExpose, which every rank gets for the same
-	// call when some rank cannot read some peer's memory, the window stays
-	// usable (the caller stages copies instead); any other error leaves it
-	// unusable.
+	// call when some rank cannot read some peer's memory or declines (the
+	// transport's own rule), the window stays usable (the caller stages
+	// copies instead); any other error leaves it unusable.
 	Exposed(ctx context.Context) ([]int, error)
 	// ReadExposed copies len(dst) bytes from offset off of rank p's exposed
 	// buffer into dst. It fails, and leaves the window unusable, when the
@@ -143,8 +143,8 @@ type Exposer interface {
 }
 
 // ErrNoExpose is Exposed's error when some rank of the group cannot read its
-// peers' memory; every rank gets it for the same call.
-var ErrNoExpose = errors.New("transport: some rank cannot read its peers' memory")
+// peers' memory, or declines to; every rank gets it for the same call.
+var ErrNoExpose = errors.New("transport: some rank cannot or will not read its peers' memory")
 
 // Namer is implemented by transports that can describe themselves ("inproc",
 // "tcp", "nccl") for reports and errors.

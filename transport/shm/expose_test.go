@@ -48,6 +48,7 @@ func TestExposeReadsPeers(t *testing.T) {
 	const w = 3
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("expose"), w, Options{})
 	defer closeAll(ts)
+	allowExpose(ts)
 	if !ts[0].readsAll() {
 		t.Skip("this kernel refuses process_vm_readv on this process (ptrace scope or seccomp): nothing to expose")
 	}
@@ -98,16 +99,24 @@ func TestExposeReadsPeers(t *testing.T) {
 	}
 }
 
-// TestExposeFallbackAgreed: when one rank cannot read one peer, every rank's
-// Exposed fails with ErrNoExpose for the same call, and the window goes on
-// working.
+// TestExposeFallbackAgreed: when one rank cannot read one peer (or nobody
+// reads anybody, or one rank has fewer CPUs than the group has ranks),
+// every rank's Exposed fails with ErrNoExpose for the same call, and the
+// window goes on working.
 func TestExposeFallbackAgreed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, opt := range []Options{{}, {DirectBytes: -1}} {
-		ts := connectGroup(t, store.NewMemory(), uniquePrefix("exposefb"), 3, opt)
-		// Rank 2 cannot read rank 0 (with DirectBytes < 0 nobody reads anybody).
-		ts[2].seg.mem[ts[2].seg.rankOff(2)+rbCanRead+0] = 0
+	for name, c := range map[string]struct {
+		opt    Options
+		refuse func(ts []*Transport)
+	}{
+		"unreadable": {Options{}, func(ts []*Transport) { ts[2].seg.mem[ts[2].seg.rankOff(2)+rbCanRead+0] = 0 }},
+		"nodirect":   {Options{DirectBytes: -1}, func([]*Transport) {}},
+		"fewcpus":    {Options{}, func(ts []*Transport) { ts[1].cpus = 2 }},
+	} {
+		ts := connectGroup(t, store.NewMemory(), uniquePrefix("exposefb"), 3, c.opt)
+		allowExpose(ts)
+		c.refuse(ts)
 		errs := eachRank(ts, func(r int, tr *Transport) error {
 			if _, err := exposeAll(ctx, tr, transport.Tag{Phase: 7}, pattern(100, r)); !errors.Is(err, transport.ErrNoExpose) {
 				return fmt.Errorf("exposure: %v, want ErrNoExpose", err)
@@ -123,7 +132,7 @@ func TestExposeFallbackAgreed(t *testing.T) {
 		})
 		for r, err := range errs {
 			if err != nil {
-				t.Fatalf("DirectBytes %d, rank %d: %v", opt.DirectBytes, r, err)
+				t.Fatalf("%s, rank %d: %v", name, r, err)
 			}
 		}
 		closeAll(ts)
@@ -271,6 +280,14 @@ func TestExposeNeedsReleasedWindow(t *testing.T) {
 	}
 }
 
+// allowExpose lets the group expose on this machine whatever its CPUs
+// (willExpose declines when the ranks outnumber them).
+func allowExpose(ts []*Transport) {
+	for _, tr := range ts {
+		tr.cpus = max(tr.cpus, len(ts))
+	}
+}
+
 func closeAll(ts []*Transport) {
 	for _, tr := range ts {
 		tr.Close()
@@ -309,6 +326,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 		})
 	}
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("commexp"), w, Options{})
+	allowExpose(ts)
 	comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 	readable := ts[0].readsAll()
 	for _, inPlace := range []bool{false, true} {
@@ -341,6 +359,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 
 	// Rank 2 cannot read rank 0: all fall back, on the same call, for good.
 	ts = connectGroup(t, store.NewMemory(), uniquePrefix("commexpfb"), w, Options{})
+	allowExpose(ts)
 	ts[2].seg.mem[ts[2].seg.rankOff(2)+rbCanRead+0] = 0
 	comms = newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 	for call := range 2 {
@@ -365,6 +384,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 	// exposure, fail within their timeout (the calls carry no deadline of
 	// their own).
 	ts = connectGroup(t, store.NewMemory(), uniquePrefix("commexpabs"), w, Options{})
+	allowExpose(ts)
 	comms = newComms(t, ts, detcoll.WithTimeout(300*time.Millisecond))
 	for r, err := range gather(comms, false) {
 		if err != nil {

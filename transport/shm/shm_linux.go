@@ -111,6 +111,7 @@ type Transport struct {
 
 	win    window      // the collective staging window (window_linux.go)
 	exp    exposure    // the exposed buffers (expose_linux.go)
+	cpus   int         // runtime.NumCPU() at Connect (tests raise it)
 	leaked atomic.Bool // Close left the segment mapped (views never released)
 
 	mu       sync.Mutex
@@ -166,7 +167,7 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		return nil, failc(fmt.Errorf("shm: invalid rank %d for a group of %d", rank, size))
 	}
 	opt = opt.withDefaults(size)
-	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt,
+	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: runtime.NumCPU(),
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
 	if size == 1 {
 		return t, nil
