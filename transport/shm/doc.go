@@ -42,6 +42,18 @@
 // compare-and-swap against the receiver, so a receiver never reports data it
 // may have read from a buffer already handed back.
 //
+// # Exposed buffers
+//
+// Transport implements transport.Exposer over its window: Expose stages a
+// descriptor (address, length, and whether this rank takes part) instead of
+// data; peers copy from the buffer with process_vm_readv and release the
+// publication; Unexpose waits for every release. A rank takes part when it
+// could read every peer at setup and the group has no more ranks than its
+// CPUs; otherwise every rank's Exposed fails with transport.ErrNoExpose on
+// the same call. An exposure word per rank, cleared before the owner gives
+// up or closes, makes a copy that overlapped the owner's withdrawal fail
+// (ErrBroken) instead of returning bytes the owner may be overwriting.
+//
 // # Waiting
 //
 // A waiter spins briefly, then yields, then sleeps on a futex word of the
