@@ -58,9 +58,9 @@ type commConfig struct {
 	// gatherDoublingBytes is the largest AllGather block (bytes per rank)
 	// that goes by recursive doubling over messages; the tests lower it.
 	gatherDoublingBytes int
-	// exposeBytes: AllGather blocks (bytes per rank) larger than this are
-	// copied from the owner's buffer when the transport is a
-	// transport.Exposer (window.go).
+	// exposeBytes: AllGather blocks and AllReduce inputs (bytes per rank)
+	// of at least this size are copied from the owner's buffer when the
+	// transport is a transport.Exposer (window.go).
 	exposeBytes int
 }
 
@@ -456,6 +456,7 @@ const (
 	phaseDoubling
 	phaseHalving
 	phaseExpose
+	phaseExposeShards
 )
 
 // tag is the tag of every message of call in the given phase. Every

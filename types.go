@@ -196,16 +196,27 @@ func autoHalvingBytes(w int) int {
 // 197 / 172 (188), 64 KiB 270 / 318 (696).
 const autoDoublingGatherBytes = 16 << 10
 
-// autoExposeBytes: AllGather blocks per rank larger than this, between
-// ranks of one host that may read each other's memory (a
-// transport.Exposer), are copied straight out of the peers' send buffers
-// instead of through the shared window: one copy per block instead of two.
-// At W = 2 on this project's 2-core machine the window was faster up to
-// 128 KiB (7.7 against 10.5 µs) and the exposed copies from 160 KiB (15.3
-// against 33.5); on a 16-core host they were faster from 64 KiB, but the
-// window there is well within Open MPI's time (docs/shm.md, "AllGather from
+// autoExposeBytes is the smallest AllGather block per rank that ranks of
+// one host which may read each other's memory (a transport.Exposer) copy
+// straight out of the peers' send buffers instead of through the shared
+// window: one copy per block instead of two. At W = 2 on this project's
+// 2-core machine the window's time at 64 KiB moves with where the
+// hypervisor runs the two CPUs (4.0 µs in one hour, 13–14 in another),
+// the exposed copies' does not (7.0 and 8.8; Open MPI's vader 8.3 and 10);
+// at 32 KiB they are even, and from 160 KiB the exposed copies win by 2×.
+// On a 16-core host they win from 64 KiB (docs/shm.md, "AllGather from
 // exposed buffers").
-const autoExposeBytes = 128 << 10
+const autoExposeBytes = 64 << 10
+
+// exposeShardsCPUs: an AllReduce at W = 2 over exposed buffers reduces
+// shards (two exposures, half the arithmetic) on a host with at least this
+// many CPUs online, and the whole input from the peer's send buffer (one
+// exposure, the peer's bytes read where nobody writes them, and recv
+// written where nobody reads it) on a smaller one. Interleaved loops, 1 MiB
+// per rank, µs, whole / shards / Open MPI's vader: this 2-core machine
+// 151–156 / 233–243 / 228–235; the 16-core host 364 / 284 / 323
+// (docs/shm.md, "AllReduce from exposed buffers").
+const exposeShardsCPUs = 4
 
 // autoDoublingRSBytes is the largest ReduceScatter input per rank (all W
 // blocks) that Auto reduces level by level over messages: by halving at

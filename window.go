@@ -77,9 +77,28 @@ func pieces(total, max, sz int, fn func(off, n int) error) error {
 
 func sameLen(n int) func(int) int { return func(int) int { return n } }
 
+// exposerFor returns the transport's Exposer when an AllReduce of n bytes
+// per rank reads the peers' buffers instead of the window: at W = 2 from
+// exposeBytes, unless the ranks have agreed not to. At W = 4 and 8 on a
+// 16-core host the window's shards were as fast or faster up to 1 MiB
+// (docs/shm.md, "AllReduce from exposed buffers").
+func (c *Comm) exposerFor(sh transport.Sharer, n int) transport.Exposer {
+	ex, ok := sh.(transport.Exposer)
+	if !ok || c.noExpose || c.size != 2 || n < c.cfg.exposeBytes {
+		return nil
+	}
+	return ex
+}
+
 // allReduceOneShot: every rank publishes its piece; every rank reduces all W
-// pieces into its recv.
+// pieces into its recv. At W = 2, large messages that are not in place read
+// the peer's send buffer instead (allReduceExposed).
 func (c *Comm) allReduceOneShot(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	if ex := c.exposerFor(sh, len(send)); ex != nil && !same(send, recv) {
+		if done, err := c.allReduceExposed(ctx, ex, tag(phaseExpose, call), send, recv, dt, acc); done {
+			return err
+		}
+	}
 	tg := tag(phaseGather, call)
 	return pieces(len(send), slot, dt.Size(), func(off, n int) error {
 		views, err := publish(ctx, sh, tg, n, func(s []byte) { copyCached(s, send[off:off+n]) }, sameLen(n))
@@ -94,8 +113,23 @@ func (c *Comm) allReduceOneShot(ctx context.Context, sh transport.Sharer, slot i
 // allReduceShards: every rank publishes its piece, reduces its shard of the
 // piece from all W into its next slot and publishes that; every rank then
 // copies the W reduced shards into recv. Each rank reduces 1/W of the data
-// (the bandwidth-optimal form, for large messages and W > 2).
+// (the bandwidth-optimal form, for large messages and W > 2). At W = 2,
+// large messages read the peer's buffers instead: the shards so
+// (allReduceExposedShards), or on a host of fewer than exposeShardsCPUs
+// CPUs, when not in place, the whole input (allReduceExposed).
 func (c *Comm) allReduceShards(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	if ex := c.exposerFor(sh, len(send)); ex != nil {
+		var done bool
+		var err error
+		if hostCPUs() < exposeShardsCPUs && !same(send, recv) {
+			done, err = c.allReduceExposed(ctx, ex, tag(phaseExpose, call), send, recv, dt, acc)
+		} else {
+			done, err = c.allReduceExposedShards(ctx, ex, call, send, recv, dt, acc)
+		}
+		if done {
+			return err
+		}
+	}
 	w, sz := c.size, dt.Size()
 	tgIn, tgOut := tag(phaseA2A, call), tag(phaseShards, call)
 	inputs := make([][]byte, w)
@@ -144,7 +178,7 @@ func (c *Comm) allReduceShards(ctx context.Context, sh transport.Sharer, slot in
 // recv where the transport can (allGatherExposed).
 func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot int, call agree.Call, send, recv []byte, sz int) error {
 	bn := len(send)
-	if ex, ok := sh.(transport.Exposer); ok && !c.noExpose && bn > c.cfg.exposeBytes {
+	if ex, ok := sh.(transport.Exposer); ok && !c.noExpose && bn >= c.cfg.exposeBytes {
 		done, err := c.allGatherExposed(ctx, ex, tag(phaseExpose, call), send, recv)
 		if done {
 			return err
@@ -197,6 +231,126 @@ func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg tr
 		err = ex.ReadExposed(p, 0, recv[p*bn:(p+1)*bn])
 	}
 	// Always: send is the caller's again only once Unexpose returns.
+	if uerr := ex.Unexpose(ctx); err == nil {
+		err = uerr
+	}
+	return true, err
+}
+
+// allReduceExposed is allReduceOneShot without the window: every rank
+// exposes send and, piece by piece, copies every peer's piece out of the
+// peer's memory into its workspace and reduces the W pieces into recv.
+// Each piece is small enough to stay in the cache between its copy and its
+// reduce. The peers' send buffers are read where they lie, not copied into
+// a slot first: one copy per peer instead of two. recv must not be send (a
+// peer may still read the piece that this rank would overwrite). done is
+// as in allGatherExposed.
+func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) (done bool, err error) {
+	w, me, n := c.size, c.rank, len(send)
+	if err := ex.Expose(ctx, tg, send); err != nil {
+		return true, err
+	}
+	lens, err := ex.Exposed(ctx)
+	switch {
+	case errors.Is(err, transport.ErrNoExpose):
+		c.noExpose = true
+		return false, nil
+	case err != nil:
+		return true, err
+	}
+	for p, ln := range lens {
+		if ln != n {
+			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
+				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, ln, n)}
+		}
+	}
+	piece := max(cachedPiece/dt.Size(), 1) * dt.Size()
+	ws := c.workspace((w - 1) * min(piece, n))
+	inputs := c.inputs()
+	defer clear(inputs) // keep no view past the call
+	for off := 0; off < n && err == nil; off += piece {
+		k := min(piece, n-off)
+		for i := 1; i < w && err == nil; i++ {
+			p := (me + i) % w
+			inputs[p] = ws[(i-1)*k : i*k]
+			err = ex.ReadExposed(p, off, inputs[p])
+		}
+		inputs[me] = send[off : off+k]
+		if err == nil {
+			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
+		}
+	}
+	// Always: send is the caller's again only once Unexpose returns.
+	if uerr := ex.Unexpose(ctx); err == nil {
+		err = uerr
+	}
+	return true, err
+}
+
+// allReduceExposedShards is allReduceShards without the window: every rank
+// exposes send and reduces its shard from every rank's, the peers' parts
+// copied out of their memory piece by piece; then every rank exposes recv
+// and copies every peer's reduced shard out of it. In place is safe: a
+// rank writes only its own shard of recv while the peers read their shards
+// of its send, and the second exposure begins after every rank has
+// finished the first. done is as in allGatherExposed.
+func (c *Comm) allReduceExposedShards(ctx context.Context, ex transport.Exposer, call agree.Call, send, recv []byte, dt DType, acc Accumulate) (done bool, err error) {
+	w, sz, me, n := c.size, dt.Size(), c.rank, len(send)
+	shard := func(r int) (int, int) {
+		o, k := tree.Shard(n/sz, w, r)
+		return o * sz, (o + k) * sz
+	}
+	lo, hi := shard(me)
+	if err := ex.Expose(ctx, tag(phaseExpose, call), send); err != nil {
+		return true, err
+	}
+	lens, err := ex.Exposed(ctx)
+	switch {
+	case errors.Is(err, transport.ErrNoExpose):
+		c.noExpose = true
+		return false, nil
+	case err != nil:
+		return true, err
+	}
+	for p, ln := range lens {
+		if ln != n {
+			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
+				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, ln, n)}
+		}
+	}
+	piece := max(cachedPiece/sz, 1) * sz
+	ws := c.workspace((w - 1) * min(piece, hi-lo))
+	inputs := c.inputs()
+	defer clear(inputs) // keep no view past the call
+	for off := lo; off < hi && err == nil; off += piece {
+		k := min(piece, hi-off)
+		for i := 1; i < w && err == nil; i++ {
+			p := (me + i) % w
+			inputs[p] = ws[(i-1)*k : i*k]
+			err = ex.ReadExposed(p, off, inputs[p])
+		}
+		inputs[me] = send[off : off+k]
+		if err == nil {
+			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
+		}
+	}
+	if uerr := ex.Unexpose(ctx); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return true, err
+	}
+	if err := ex.Expose(ctx, tag(phaseExposeShards, call), recv); err != nil {
+		return true, err
+	}
+	if _, err = ex.Exposed(ctx); err != nil {
+		return true, err // not ErrNoExpose: the ranks agreed above
+	}
+	for i := 1; i < w && err == nil; i++ {
+		p := (me + i) % w
+		plo, phi := shard(p)
+		err = ex.ReadExposed(p, plo, recv[plo:phi])
+	}
 	if uerr := ex.Unexpose(ctx); err == nil {
 		err = uerr
 	}

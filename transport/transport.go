@@ -125,7 +125,8 @@ type Exposer interface {
 	// while they arrive. On failure nothing is exposed.
 	Expose(ctx context.Context, tag Tag, buf []byte) error
 	// Exposed waits until every rank has exposed its buffer and returns
-	// their lengths, rank p's at index p. On failure the exposure is over
+	// their lengths, rank p's at index p (the transport's slice, valid
+	// until the next Exposed). On failure the exposure is over
 	// (no Unexpose): with ErrNoExpose, which every rank gets for the same
 	// call when some rank cannot read some peer's memory or declines (the
 	// transport's own rule), the window stays usable (the caller stages

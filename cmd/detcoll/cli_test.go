@@ -342,18 +342,24 @@ func TestBenchFaultMatrix(t *testing.T) {
 	}
 }
 
-// TestBenchFaultExposed: the fault matrix's detcoll phase in an AllGather
-// of 256 KiB per rank over shared memory, which ranks read from each
-// other's buffers (exposures) where the kernel lets them, at W = 2 and 3.
+// TestBenchFaultExposed: the fault matrix's detcoll phase in collectives
+// whose ranks read each other's buffers over shared memory (exposures,
+// where the kernel lets them): an AllGather of 256 KiB per rank at W = 2
+// and 3, an AllReduce of 256 KiB at W = 2.
 func TestBenchFaultExposed(t *testing.T) {
 	bin := buildDetcoll(t)
-	for _, sig := range []string{"stop", "kill"} {
-		for _, w := range []int{2, 3} {
-			t.Run(sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
-				t.Parallel()
-				testBenchFault(t, bin, "detcoll", `all_gather fp32 \S+ 262144 B: (detcoll: AllGather on rank|bench: deterministic first run)`,
-					sig, w, "262144", "--operations", "all_gather", "--dtype", "fp32", "--algorithms", "auto")
-			})
+	for _, c := range []struct {
+		op, name string
+		ws       []int
+	}{{"all_gather", "AllGather", []int{2, 3}}, {"all_reduce", "AllReduce", []int{2}}} {
+		for _, sig := range []string{"stop", "kill"} {
+			for _, w := range c.ws {
+				t.Run(c.op+"/"+sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
+					t.Parallel()
+					testBenchFault(t, bin, "detcoll", c.op+` fp32 \S+ 262144 B: (detcoll: `+c.name+` on rank|bench: deterministic first run)`,
+						sig, w, "262144", "--operations", c.op, "--dtype", "fp32", "--algorithms", "auto")
+				})
+			}
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/bench"
 	"github.com/detcoll/detcoll/dtype"
 	"github.com/detcoll/detcoll/store"
 	"github.com/detcoll/detcoll/transport"
@@ -403,5 +404,79 @@ func TestCommAllGatherExposed(t *testing.T) {
 	}
 	for _, c := range comms {
 		c.Close()
+	}
+}
+
+// TestCommAllReduceExposed: at W = 2 an AllReduce above the bound reads
+// the peer's buffers and gives the in-process transport's bytes, for both
+// algorithms, in place and not: gather_tree reads the whole input (one
+// exposure) unless in place, where it goes through the window (the peer
+// may still read what the rank would overwrite); a2a_tree reads shards (two
+// exposures) or, on a host of few CPUs and not in place, the whole input.
+func TestCommAllReduceExposed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const w, n = 2, 600_000 // bytes per rank: pieces of 256 KiB and a rest
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("commexpar"), w, Options{})
+	comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ref, err := detcoll.NewInProc(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range ref {
+			c.Close()
+		}
+	}()
+	ins := make([][]byte, w)
+	for r := range ins {
+		ins[r] = make([]byte, n)
+		bench.FillInput(ins[r], dtype.FP32, 3, r, 0)
+	}
+	want := make([][]byte, w)
+	if errs := eachOf(ref, func(r int, c *detcoll.Comm) error {
+		want[r] = make([]byte, n)
+		return c.AllReduce(ctx, ins[r], want[r], dtype.FP32)
+	}); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	for _, alg := range []detcoll.Algorithm{detcoll.GatherTree, detcoll.A2ATree} {
+		for _, inPlace := range []bool{false, true} {
+			before := ts[0].exp.count
+			errs := eachOf(comms, func(r int, c *detcoll.Comm) error {
+				send, recv := ins[r], make([]byte, n)
+				if inPlace {
+					send = append([]byte(nil), ins[r]...)
+					recv = send
+				}
+				if err := c.AllReduce(ctx, send, recv, dtype.FP32, detcoll.WithAlgorithm(alg)); err != nil {
+					return err
+				}
+				if !bytes.Equal(recv, want[r]) {
+					return errors.New("reduced bytes differ from the in-process transport's")
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("%v in place %v, rank %d: %v", alg, inPlace, r, err)
+				}
+			}
+			got := ts[0].exp.count - before
+			ok := map[bool]bool{
+				alg == detcoll.GatherTree && !inPlace: got == 1,
+				alg == detcoll.GatherTree && inPlace:  got == 0,
+				alg == detcoll.A2ATree && !inPlace:    got == 1 || got == 2,
+				alg == detcoll.A2ATree && inPlace:     got == 2,
+			}[true]
+			if ts[0].readsAll() && !ok {
+				t.Fatalf("%v in place %v: %d exposures", alg, inPlace, got)
+			}
+		}
 	}
 }
