@@ -1,0 +1,90 @@
+// Command loops times one collective in a tight loop on every rank of a
+// launched job (detcoll launch, torchrun or mpirun set the environment):
+// 50 warm-up calls, then 7 samples of ITERS calls each, and rank 0 prints
+// the median, fastest and slowest sample's mean per call. Unlike
+// `detcoll bench` it runs one operation at one size with nothing between
+// the samples, which is what docs/benchmarks/loops/run.sh interleaves with
+// Open MPI's loop to compare data paths (docs/shm.md, "AllGather from
+// exposed buffers").
+//
+//	N=1048576 ITERS=200 OP=ag detcoll launch --nproc-per-node 2 ./loops
+//
+// OP is ag (AllGather of N bytes per rank) or ar (AllReduce of N bytes),
+// fp32.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/detcoll/detcoll"
+	"github.com/detcoll/detcoll/cluster"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "loops:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	n, err := strconv.Atoi(os.Getenv("N"))
+	if err != nil || n <= 0 || n%4 != 0 {
+		return fmt.Errorf("N=%q: want a positive multiple of 4 bytes", os.Getenv("N"))
+	}
+	iters, err := strconv.Atoi(os.Getenv("ITERS"))
+	if err != nil || iters <= 0 {
+		return fmt.Errorf("ITERS=%q: want a positive count", os.Getenv("ITERS"))
+	}
+	op := os.Getenv("OP")
+	if op != "ag" && op != "ar" {
+		return fmt.Errorf("OP=%q: want ag or ar", op)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	j, err := cluster.Init(ctx, cluster.Options{})
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	c := j.Comm
+	send := make([]byte, n)
+	for i := range send {
+		send[i] = byte(i)
+	}
+	recv := make([]byte, n)
+	if op == "ag" {
+		recv = make([]byte, n*c.Size())
+	}
+	call := func() error {
+		if op == "ar" {
+			return c.AllReduce(ctx, send, recv, detcoll.FP32)
+		}
+		return c.AllGather(ctx, send, recv, detcoll.FP32)
+	}
+	for range 50 {
+		if err := call(); err != nil {
+			return err
+		}
+	}
+	samples := make([]float64, 7)
+	for s := range samples {
+		start := time.Now()
+		for range iters {
+			if err := call(); err != nil {
+				return err
+			}
+		}
+		samples[s] = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(iters)
+	}
+	slices.Sort(samples)
+	if c.Rank() == 0 {
+		fmt.Printf("%s n=%d W=%d median %.1f us min %.1f max %.1f\n", op, n, c.Size(), samples[3], samples[0], samples[6])
+	}
+	return nil
+}
