@@ -34,7 +34,7 @@ var floors = []struct {
 	{"vendor runtimes", []string{"gpu/devrt/cudart", "gpu/devrt/hiprt", "gpu/rocm", "internal/gputest"}},
 	{"device library", []string{"gpu", "gpu/devcomm", "gpu/gpuattn", "gpu/gpuffn"}},
 	{"device tools", []string{"gpu/devverify", "gpu/devbench"}},
-	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll", "examples/allreduce", "launch/e2e", "launch/internal/testworker", "internal/torchref", "internal/pytorchtest", "docs/benchmarks/peers/collect"}},
+	{"application", []string{"cmd/detcoll/internal/app", "capi", "cmd/detcoll", "examples/allreduce", "launch/e2e", "launch/internal/testworker", "internal/torchref", "internal/pytorchtest", "docs/benchmarks/peers/collect", "docs/benchmarks/loops"}},
 }
 
 // testSupport may be imported by tests only; allowed lists the exceptions.

@@ -29,7 +29,7 @@ import (
 const exposeDesc = 24
 
 // exposeWilling: the publishing rank can read every peer's memory and has
-// a CPU for every rank of the group (exposeWilling).
+// a CPU for every rank of the group (willExpose).
 const exposeWilling = 1
 
 // exposure is this rank's side of the current exposure.
