@@ -201,18 +201,19 @@ func (c *Comm) allGatherWindow(ctx context.Context, sh transport.Sharer, slot in
 	})
 }
 
-// allGatherExposed: every rank exposes send, copies its own block while
-// the peers arrive, then copies every peer's straight from the peer's memory
-// into recv, starting with the next rank so that the W readers of a block do
-// not all start with the same owner. It reports done = false, having moved
-// no peer's bytes, when the ranks agreed that some of them cannot read their
-// peers (then the window is still usable, and no later call tries again).
-func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte) (done bool, err error) {
-	bn, me := len(send), c.rank
-	if err := ex.Expose(ctx, tg, send); err != nil {
+// exposeAll exposes buf under tg, runs meanwhile (if any) while the peers
+// arrive, and waits for every rank's buffer, which must have buf's length.
+// With exposed true and a nil error the caller reads and then Unexposes.
+// exposed is false, with a nil error and nothing moved, when the ranks agreed
+// not to expose (then the window is still usable, and no later call tries
+// again); with an error the exposure is over.
+func (c *Comm) exposeAll(ctx context.Context, ex transport.Exposer, tg transport.Tag, buf []byte, meanwhile func()) (exposed bool, err error) {
+	if err := ex.Expose(ctx, tg, buf); err != nil {
 		return true, err
 	}
-	copyOut(len(recv), recv[me*bn:(me+1)*bn], send) // a no-op copy when in place
+	if meanwhile != nil {
+		meanwhile()
+	}
 	lens, err := ex.Exposed(ctx)
 	switch {
 	case errors.Is(err, transport.ErrNoExpose):
@@ -221,20 +222,51 @@ func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg tr
 	case err != nil:
 		return true, err
 	}
-	for i := 1; i < c.size && err == nil; i++ {
-		p := (me + i) % c.size
-		if lens[p] != bn {
-			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
-				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, lens[p], bn)}
-			break
+	for p, n := range lens {
+		if n != len(buf) {
+			ex.Unexpose(ctx)
+			return true, &transport.Error{Op: "exposed", Rank: c.rank, Peer: p,
+				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, n, len(buf))}
 		}
-		err = ex.ReadExposed(p, 0, recv[p*bn:(p+1)*bn])
 	}
-	// Always: send is the caller's again only once Unexpose returns.
+	return true, nil
+}
+
+// unexpose ends an exposure whatever happened in it (the buffer is the
+// caller's again only once Unexpose returns) and returns err, or
+// Unexpose's error when err is nil.
+func unexpose(ctx context.Context, ex transport.Exposer, err error) error {
 	if uerr := ex.Unexpose(ctx); err == nil {
 		err = uerr
 	}
-	return true, err
+	return err
+}
+
+// readPeers copies [off, off+len(dst(p))) of every peer p's exposed buffer
+// into dst(p), starting with the next rank so that the W readers of a
+// buffer do not all start with the same owner.
+func (c *Comm) readPeers(ex transport.Exposer, off func(p int) int, dst func(i, p int) []byte) error {
+	for i := 1; i < c.size; i++ {
+		p := (c.rank + i) % c.size
+		if err := ex.ReadExposed(p, off(p), dst(i, p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allGatherExposed: every rank exposes send, copies its own block while the
+// peers arrive, then copies every peer's straight from the peer's memory
+// into recv. done is false, having moved no peer's bytes, when the ranks
+// agreed not to expose (exposeAll).
+func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte) (done bool, err error) {
+	bn, me := len(send), c.rank
+	own := func() { copyOut(len(recv), recv[me*bn:(me+1)*bn], send) } // a no-op copy when in place
+	if exposed, err := c.exposeAll(ctx, ex, tg, send, own); !exposed || err != nil {
+		return exposed, err
+	}
+	err = c.readPeers(ex, func(int) int { return 0 }, func(_, p int) []byte { return recv[p*bn : (p+1)*bn] })
+	return true, unexpose(ctx, ex, err)
 }
 
 // allReduceExposed is allReduceOneShot without the window: every rank
@@ -242,27 +274,13 @@ func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg tr
 // peer's memory into its workspace and reduces the W pieces into recv.
 // Each piece is small enough to stay in the cache between its copy and its
 // reduce. The peers' send buffers are read where they lie, not copied into
-// a slot first: one copy per peer instead of two. recv must not be send (a
-// peer may still read the piece that this rank would overwrite). done is
-// as in allGatherExposed.
+// a slot first, and recv is written where no peer reads it. recv must not
+// be send (a peer may still read the piece that this rank would
+// overwrite). done is as in allGatherExposed.
 func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) (done bool, err error) {
 	w, me, n := c.size, c.rank, len(send)
-	if err := ex.Expose(ctx, tg, send); err != nil {
-		return true, err
-	}
-	lens, err := ex.Exposed(ctx)
-	switch {
-	case errors.Is(err, transport.ErrNoExpose):
-		c.noExpose = true
-		return false, nil
-	case err != nil:
-		return true, err
-	}
-	for p, ln := range lens {
-		if ln != n {
-			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
-				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, ln, n)}
-		}
+	if exposed, err := c.exposeAll(ctx, ex, tg, send, nil); !exposed || err != nil {
+		return exposed, err
 	}
 	piece := max(cachedPiece/dt.Size(), 1) * dt.Size()
 	ws := c.workspace((w - 1) * min(piece, n))
@@ -270,21 +288,16 @@ func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg tr
 	defer clear(inputs) // keep no view past the call
 	for off := 0; off < n && err == nil; off += piece {
 		k := min(piece, n-off)
-		for i := 1; i < w && err == nil; i++ {
-			p := (me + i) % w
+		err = c.readPeers(ex, func(int) int { return off }, func(i, p int) []byte {
 			inputs[p] = ws[(i-1)*k : i*k]
-			err = ex.ReadExposed(p, off, inputs[p])
-		}
+			return inputs[p]
+		})
 		inputs[me] = send[off : off+k]
 		if err == nil {
 			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
 		}
 	}
-	// Always: send is the caller's again only once Unexpose returns.
-	if uerr := ex.Unexpose(ctx); err == nil {
-		err = uerr
-	}
-	return true, err
+	return true, unexpose(ctx, ex, err)
 }
 
 // allReduceExposedShards is allReduceShards without the window: every rank
@@ -301,22 +314,8 @@ func (c *Comm) allReduceExposedShards(ctx context.Context, ex transport.Exposer,
 		return o * sz, (o + k) * sz
 	}
 	lo, hi := shard(me)
-	if err := ex.Expose(ctx, tag(phaseExpose, call), send); err != nil {
-		return true, err
-	}
-	lens, err := ex.Exposed(ctx)
-	switch {
-	case errors.Is(err, transport.ErrNoExpose):
-		c.noExpose = true
-		return false, nil
-	case err != nil:
-		return true, err
-	}
-	for p, ln := range lens {
-		if ln != n {
-			err = &transport.Error{Op: "expose", Rank: me, Peer: p,
-				Err: fmt.Errorf("%w: rank %d exposed %d bytes, want %d", transport.ErrSizeMismatch, p, ln, n)}
-		}
+	if exposed, err := c.exposeAll(ctx, ex, tag(phaseExpose, call), send, nil); !exposed || err != nil {
+		return exposed, err
 	}
 	piece := max(cachedPiece/sz, 1) * sz
 	ws := c.workspace((w - 1) * min(piece, hi-lo))
@@ -324,37 +323,30 @@ func (c *Comm) allReduceExposedShards(ctx context.Context, ex transport.Exposer,
 	defer clear(inputs) // keep no view past the call
 	for off := lo; off < hi && err == nil; off += piece {
 		k := min(piece, hi-off)
-		for i := 1; i < w && err == nil; i++ {
-			p := (me + i) % w
+		err = c.readPeers(ex, func(int) int { return off }, func(i, p int) []byte {
 			inputs[p] = ws[(i-1)*k : i*k]
-			err = ex.ReadExposed(p, off, inputs[p])
-		}
+			return inputs[p]
+		})
 		inputs[me] = send[off : off+k]
 		if err == nil {
 			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
 		}
 	}
-	if uerr := ex.Unexpose(ctx); err == nil {
-		err = uerr
-	}
-	if err != nil {
+	if err := unexpose(ctx, ex, err); err != nil {
 		return true, err
 	}
-	if err := ex.Expose(ctx, tag(phaseExposeShards, call), recv); err != nil {
+	exposed, err := c.exposeAll(ctx, ex, tag(phaseExposeShards, call), recv, nil)
+	switch {
+	case err != nil:
 		return true, err
+	case !exposed: // the ranks agreed to expose a moment ago
+		return true, &Error{Op: "AllReduce", Rank: me, Peer: -1, Err: errors.New("detcoll: the ranks declined the second exposure of an AllReduce")}
 	}
-	if _, err = ex.Exposed(ctx); err != nil {
-		return true, err // not ErrNoExpose: the ranks agreed above
-	}
-	for i := 1; i < w && err == nil; i++ {
-		p := (me + i) % w
+	err = c.readPeers(ex, func(p int) int { lo, _ := shard(p); return lo }, func(_, p int) []byte {
 		plo, phi := shard(p)
-		err = ex.ReadExposed(p, plo, recv[plo:phi])
-	}
-	if uerr := ex.Unexpose(ctx); err == nil {
-		err = uerr
-	}
-	return true, err
+		return recv[plo:phi]
+	})
+	return true, unexpose(ctx, ex, err)
 }
 
 // reduceScatterWindow: piece j of every block goes into the slot (block b's
