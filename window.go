@@ -278,26 +278,36 @@ func (c *Comm) allGatherExposed(ctx context.Context, ex transport.Exposer, tg tr
 // be send (a peer may still read the piece that this rank would
 // overwrite). done is as in allGatherExposed.
 func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg transport.Tag, send, recv []byte, dt DType, acc Accumulate) (done bool, err error) {
-	w, me, n := c.size, c.rank, len(send)
 	if exposed, err := c.exposeAll(ctx, ex, tg, send, nil); !exposed || err != nil {
 		return exposed, err
 	}
+	return true, unexpose(ctx, ex, c.reduceExposed(ex, send, recv, 0, len(send), dt, acc))
+}
+
+// reduceExposed reduces bytes [lo, hi) of every rank's exposed send into
+// the same bytes of recv, in pieces of cachedPiece: each peer's piece is
+// copied into the workspace and reduced with this rank's while it is still
+// in the cache.
+func (c *Comm) reduceExposed(ex transport.Exposer, send, recv []byte, lo, hi int, dt DType, acc Accumulate) error {
 	piece := max(cachedPiece/dt.Size(), 1) * dt.Size()
-	ws := c.workspace((w - 1) * min(piece, n))
+	ws := c.workspace((c.size - 1) * min(piece, hi-lo))
 	inputs := c.inputs()
 	defer clear(inputs) // keep no view past the call
-	for off := 0; off < n && err == nil; off += piece {
-		k := min(piece, n-off)
-		err = c.readPeers(ex, func(int) int { return off }, func(i, p int) []byte {
+	for off := lo; off < hi; off += piece {
+		k := min(piece, hi-off)
+		err := c.readPeers(ex, func(int) int { return off }, func(i, p int) []byte {
 			inputs[p] = ws[(i-1)*k : i*k]
 			return inputs[p]
 		})
-		inputs[me] = send[off : off+k]
-		if err == nil {
-			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
+		if err != nil {
+			return err
+		}
+		inputs[c.rank] = send[off : off+k]
+		if err := c.reducer.Reduce(dt, acc, inputs, recv[off:off+k]); err != nil {
+			return err
 		}
 	}
-	return true, unexpose(ctx, ex, err)
+	return nil
 }
 
 // allReduceExposedShards is allReduceShards without the window: every rank
@@ -308,31 +318,16 @@ func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg tr
 // of its send, and the second exposure begins after every rank has
 // finished the first. done is as in allGatherExposed.
 func (c *Comm) allReduceExposedShards(ctx context.Context, ex transport.Exposer, call agree.Call, send, recv []byte, dt DType, acc Accumulate) (done bool, err error) {
-	w, sz, me, n := c.size, dt.Size(), c.rank, len(send)
+	sz, me, n := dt.Size(), c.rank, len(send)
 	shard := func(r int) (int, int) {
-		o, k := tree.Shard(n/sz, w, r)
+		o, k := tree.Shard(n/sz, c.size, r)
 		return o * sz, (o + k) * sz
 	}
 	lo, hi := shard(me)
 	if exposed, err := c.exposeAll(ctx, ex, tag(phaseExpose, call), send, nil); !exposed || err != nil {
 		return exposed, err
 	}
-	piece := max(cachedPiece/sz, 1) * sz
-	ws := c.workspace((w - 1) * min(piece, hi-lo))
-	inputs := c.inputs()
-	defer clear(inputs) // keep no view past the call
-	for off := lo; off < hi && err == nil; off += piece {
-		k := min(piece, hi-off)
-		err = c.readPeers(ex, func(int) int { return off }, func(i, p int) []byte {
-			inputs[p] = ws[(i-1)*k : i*k]
-			return inputs[p]
-		})
-		inputs[me] = send[off : off+k]
-		if err == nil {
-			err = c.reducer.Reduce(dt, acc, inputs, recv[off:off+k])
-		}
-	}
-	if err := unexpose(ctx, ex, err); err != nil {
+	if err := unexpose(ctx, ex, c.reduceExposed(ex, send, recv, lo, hi, dt, acc)); err != nil {
 		return true, err
 	}
 	exposed, err := c.exposeAll(ctx, ex, tag(phaseExposeShards, call), recv, nil)

@@ -93,11 +93,7 @@ func TestExposeReadsPeers(t *testing.T) {
 		}
 		return tr.Unexpose(ctx)
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestExposeFallbackAgreed: when one rank cannot read one peer (or nobody
@@ -131,11 +127,7 @@ func TestExposeFallbackAgreed(t *testing.T) {
 			tr.Release()
 			return nil
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("%s, rank %d: %v", name, r, err)
-			}
-		}
+		noErrors(t, name+", ", errs)
 		closeAll(ts)
 	}
 }
@@ -246,11 +238,7 @@ func TestExposeMisuse(t *testing.T) {
 		}
 		return tr.Unexpose(ctx) // a refused range does not end the exposure
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestExposeNeedsReleasedWindow: Expose with a publication still
@@ -274,11 +262,7 @@ func TestExposeNeedsReleasedWindow(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // allowExpose lets the group expose on this machine whatever its CPUs
@@ -286,6 +270,16 @@ func TestExposeNeedsReleasedWindow(t *testing.T) {
 func allowExpose(ts []*Transport) {
 	for _, tr := range ts {
 		tr.cpus = max(tr.cpus, len(ts))
+	}
+}
+
+// noErrors fails the test with the first rank's error, if any.
+func noErrors(t *testing.T, what string, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%srank %d: %v", what, r, err)
+		}
 	}
 }
 
@@ -331,11 +325,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 	comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 	readable := ts[0].readsAll()
 	for _, inPlace := range []bool{false, true} {
-		for r, err := range gather(comms, inPlace) {
-			if err != nil {
-				t.Fatalf("in place %v, rank %d: %v", inPlace, r, err)
-			}
-		}
+		noErrors(t, fmt.Sprintf("in place %v, ", inPlace), gather(comms, inPlace))
 	}
 	if got := ts[0].exp.count; readable && got != 2 {
 		t.Fatalf("%d exposures for two AllGathers of %d bytes per rank, want 2", got, n)
@@ -365,11 +355,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 	comms = newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 	for call := range 2 {
 		pubs := ts[1].win.pub
-		for r, err := range gather(comms, false) {
-			if err != nil {
-				t.Fatalf("fallback call %d, rank %d: %v", call, r, err)
-			}
-		}
+		noErrors(t, fmt.Sprintf("fallback call %d, ", call), gather(comms, false))
 		// The first call publishes the descriptors and then the blocks;
 		// the second only the blocks.
 		if got, want := ts[1].win.pub-pubs, uint64(2-call); ts[1].exp.count != 0 || (readable && got != want) {
@@ -387,11 +373,7 @@ func TestCommAllGatherExposed(t *testing.T) {
 	ts = connectGroup(t, store.NewMemory(), uniquePrefix("commexpabs"), w, Options{})
 	allowExpose(ts)
 	comms = newComms(t, ts, detcoll.WithTimeout(300*time.Millisecond))
-	for r, err := range gather(comms, false) {
-		if err != nil {
-			t.Fatalf("before the stop, rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "before the stop, ", gather(comms, false))
 	start := time.Now()
 	errs = eachOf(comms[:2], func(r int, c *detcoll.Comm) error {
 		return c.AllGather(context.Background(), pattern(n, r), make([]byte, w*n), dtype.FP32)
@@ -462,18 +444,19 @@ func TestCommAllReduceExposed(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("%v in place %v, rank %d: %v", alg, inPlace, r, err)
-				}
-			}
+			noErrors(t, fmt.Sprintf("%v in place %v, ", alg, inPlace), errs)
 			got := ts[0].exp.count - before
-			ok := map[bool]bool{
-				alg == detcoll.GatherTree && !inPlace: got == 1,
-				alg == detcoll.GatherTree && inPlace:  got == 0,
-				alg == detcoll.A2ATree && !inPlace:    got == 1 || got == 2,
-				alg == detcoll.A2ATree && inPlace:     got == 2,
-			}[true]
+			var ok bool
+			switch {
+			case alg == detcoll.GatherTree && !inPlace:
+				ok = got == 1 // the whole input
+			case alg == detcoll.GatherTree:
+				ok = got == 0 // in place: the window
+			case !inPlace:
+				ok = got == 1 || got == 2 // the whole input or the shards, by the host's CPUs
+			default:
+				ok = got == 2 // the shards
+			}
 			if ts[0].readsAll() && !ok {
 				t.Fatalf("%v in place %v: %d exposures", alg, inPlace, got)
 			}
