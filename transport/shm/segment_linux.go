@@ -24,7 +24,7 @@ import (
 //	windows              two slots of windowBytes per rank (window.go)
 const (
 	segMagic   = 0x31_4d_53_63_64 // "dcSM1"
-	segVersion = 4                // 4: the window line has the exposure word
+	segVersion = 5                // 5: a window slot's header is its publication (number stored last, release count)
 	pageSize   = 4096
 	ctlBytes   = 256
 )
@@ -55,8 +55,16 @@ const (
 	rwPub   = 0
 	rwRel   = 8
 	rwExp   = 16 // the publication whose buffer this rank exposes (0: none; expose_linux.go)
-	rwHdr   = 64 // + slot*64: publication number, phase, length, seq, sig, offset
+	rwHdr   = 64 // + slot*64: the slot's header line (window_linux.go)
 	rwBytes = rwHdr + winSlots*64
+	// the header line of a window slot
+	hdrPub   = 0 // the publication number, stored last
+	hdrPhase = 8 // the tag: phase (u32), seq, sig
+	hdrSeq   = 24
+	hdrSig   = 32
+	hdrLen   = 16 // the block's length
+	hdrAt    = 40 // the block's offset in the slot
+	hdrRel   = 48 // how many publications the rank had released
 )
 
 // Ring control fields: the writer's line, the reader's line, then shared words.

@@ -169,6 +169,7 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	opt = opt.withDefaults(size)
 	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: runtime.NumCPU(),
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
+	t.win.relSeen = make([]uint64, size)
 	if size == 1 {
 		return t, nil
 	}

@@ -11,17 +11,27 @@ import (
 )
 
 // The window (transport.Sharer): every rank owns winSlots slots of
-// layout.winBytes in the segment, and a line with two counters, the
-// publications it has published and the ones it has released. Publication
-// k (1, 2, …) uses slot k % winSlots. Before writing a slot for publication
-// k a rank waits until every rank has released k − winSlots, the last user
-// of that slot; after publishing k it waits until every rank has published
-// k, then checks each rank's slot header (publication number and tag). So
-// the ranks run in lockstep, a rank may hold the views of k while it fills
-// k+1, and nobody overwrites a block a peer may still be reading.
+// layout.winBytes in the segment, a header line per slot, and a line with
+// two counters, the publications it has published and the ones it has
+// released. Publication k (1, 2, …) uses slot k % winSlots. Before writing a
+// slot for publication k a rank waits until every rank has released
+// k − winSlots, the last user of that slot; after publishing k it waits
+// until every rank's header of that slot holds k, then checks their tags.
+// So the ranks run in lockstep, a rank may hold the views of k while it
+// fills k+1, and nobody overwrites a block a peer may still be reading.
 //
-// Every publish and release bumps one futex word of the segment (the bell);
-// waiters spin, yield and then sleep on it, as the ring waits do.
+// A publication is one line: the header holds the publication number
+// (stored last), the tag, the block's length and offset, and how many
+// publications the rank had released when it published. Waiting ranks poll
+// that line and nothing else, and a peer's release count from it spares
+// the next Stage a look at the peer's counters. On this machine a line
+// that another core wrote takes about 0.5 µs to arrive, and a 4 KiB
+// ReduceScatter at W = 2 waited for three such lines in a row before
+// (docs/shm.md, "One line per publication").
+//
+// A publish or release wakes ranks asleep on one futex word of the segment
+// (the bell); waiters spin, yield and then sleep on it, as the ring waits
+// do.
 //
 // A publication smaller than the slot does not always start at the slot's
 // first byte: each slot has a cursor that moves on by the staged bytes
@@ -54,9 +64,13 @@ type window struct {
 	ok     bool          // Stage has returned a slot that is not yet published
 	pub    uint64
 	rel    uint64
-	hold   int // stages and publications not yet released: the life lock is held while > 0
-	broken error
-	views  [winSlots][][]byte
+	// relSeen holds, per peer, a release count it has reached (from its
+	// headers or its counter): Stage looks at the counter only when this
+	// is too low.
+	relSeen []uint64
+	hold    int // stages and publications not yet released: the life lock is held while > 0
+	broken  error
+	views   [winSlots][][]byte
 }
 
 var errNoWindow = errors.New("shm: this transport has no window (a group of one, or WindowBytes < 0)")
@@ -71,10 +85,18 @@ func (t *Transport) WindowBytes() int {
 
 func (t *Transport) winWord(r, off int) int { return t.seg.rankOff(r) + t.seg.l.rbWin + off }
 
-// ringBell wakes the ranks waiting on the window.
+// ringBell wakes the ranks sleeping on the window, if any. With nobody
+// asleep it only reads the waiter count, a line nobody writes while every
+// rank spins: bumping the bell on every publish and release made the ranks
+// take its line from each other four times a call (a third of a 4 KiB
+// ReduceScatter's time at W = 2, docs/shm.md, "The bell"). The caller's
+// store of its counter comes first and winWait's sleeper adds itself to the
+// count before it tests the counters again; both are sequentially
+// consistent, so either this load sees the sleeper or the sleeper sees the
+// counter, and a sleeper that is counted finds the bell moved or is woken.
 func (t *Transport) ringBell() {
-	t.seg.u32(offBell).Add(1)
 	if t.seg.u32(offBellWts).Load() != 0 {
+		t.seg.u32(offBell).Add(1)
 		futexWake(t.seg.u32(offBell))
 	}
 }
@@ -123,7 +145,7 @@ func (t *Transport) Stage(ctx context.Context, n int) ([]byte, error) {
 	k := w.pub + 1
 	if k > winSlots {
 		need := k - winSlots
-		if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwRel)).Load() >= need }, nil); err != nil {
+		if p, err := t.winWait(ctx, func(p int) bool { return t.released(p, need) }, nil); err != nil {
 			t.unhold()
 			w.broken = err
 			return nil, t.fail(op, p, err)
@@ -134,6 +156,17 @@ func (t *Transport) Stage(ctx context.Context, n int) ([]byte, error) {
 	w.staged, w.ok = n, true
 	off := t.seg.l.winSlot(t.rank, slot) + w.at
 	return t.seg.mem[off : off+n : off+n], nil
+}
+
+// released reports whether peer has released publication need, from what
+// this rank has seen of it when that is enough.
+func (t *Transport) released(peer int, need uint64) bool {
+	seen := t.win.relSeen
+	if seen[peer] >= need {
+		return true
+	}
+	seen[peer] = t.seg.u64(t.winWord(peer, rwRel)).Load()
+	return seen[peer] >= need
 }
 
 // rotate returns the offset in a slot of span bytes for a publication of n
@@ -168,13 +201,14 @@ func (t *Transport) post(tag transport.Tag) error {
 	k := w.pub + 1
 	slot := int(k % winSlots)
 	h := t.winWord(t.rank, rwHdr+slot*64)
-	t.seg.u64(h).Store(k)
-	t.seg.u32(h + 8).Store(tag.Phase)
-	t.seg.u64(h + 16).Store(uint64(w.staged))
-	t.seg.u64(h + 24).Store(tag.Seq)
-	t.seg.u64(h + 32).Store(tag.Sig)
-	t.seg.u64(h + 40).Store(uint64(w.at))
-	t.seg.u64(t.winWord(t.rank, rwPub)).Store(k) // after the header and the data
+	t.seg.u32(h + hdrPhase).Store(tag.Phase)
+	t.seg.u64(h + hdrLen).Store(uint64(w.staged))
+	t.seg.u64(h + hdrSeq).Store(tag.Seq)
+	t.seg.u64(h + hdrSig).Store(tag.Sig)
+	t.seg.u64(h + hdrAt).Store(uint64(w.at))
+	t.seg.u64(h + hdrRel).Store(w.rel)
+	t.seg.u64(h + hdrPub).Store(k)               // after the rest of the header and the data
+	t.seg.u64(t.winWord(t.rank, rwPub)).Store(k) // for the mismatch checks, after the header
 	w.pub = k
 	t.ringBell()
 	return nil
@@ -191,7 +225,7 @@ func (t *Transport) collect(ctx context.Context, op string, tag transport.Tag) (
 		t.unhold()
 		return nil, t.fail(op, p, err)
 	}
-	if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwPub)).Load() >= k },
+	if p, err := t.winWait(ctx, func(p int) bool { return t.seg.u64(t.winWord(p, rwHdr+slot*64+hdrPub)).Load() >= k },
 		func(p int) error { return t.messageWaiting(p, tag, k) }); err != nil {
 		return fail(p, err)
 	}
@@ -203,13 +237,16 @@ func (t *Transport) collect(ctx context.Context, op string, tag transport.Tag) (
 	for p := 0; p < t.size; p++ {
 		ph := t.winWord(p, rwHdr+slot*64)
 		got := t.pubTag(p, slot)
-		n, at := t.seg.u64(ph+16).Load(), t.seg.u64(ph+40).Load()
+		n, at := t.seg.u64(ph+hdrLen).Load(), t.seg.u64(ph+hdrAt).Load()
 		switch {
-		case t.seg.u64(ph).Load() != k || n > uint64(t.seg.l.winBytes) || at > uint64(t.seg.l.winBytes)-n:
+		case t.seg.u64(ph+hdrPub).Load() != k || n > uint64(t.seg.l.winBytes) || at > uint64(t.seg.l.winBytes)-n:
 			return fail(p, fmt.Errorf("%w: window slot of rank %d holds publication %d (%d bytes at %d), want %d",
-				transport.ErrCorrupt, p, t.seg.u64(ph).Load(), n, at, k))
+				transport.ErrCorrupt, p, t.seg.u64(ph+hdrPub).Load(), n, at, k))
 		case got != tag:
 			return fail(p, &transport.TagError{Got: got, Want: tag})
+		}
+		if p != t.rank {
+			w.relSeen[p] = max(w.relSeen[p], t.seg.u64(ph+hdrRel).Load())
 		}
 		off := t.seg.l.winSlot(p, slot) + int(at)
 		views[p] = t.seg.mem[off : off+int(n) : off+int(n)]
@@ -326,7 +363,7 @@ func (t *Transport) messageWaiting(peer int, want transport.Tag, k uint64) error
 
 func (t *Transport) pubTag(p, slot int) transport.Tag {
 	ph := t.winWord(p, rwHdr+slot*64)
-	return transport.Tag{Phase: t.seg.u32(ph + 8).Load(), Seq: t.seg.u64(ph + 24).Load(), Sig: t.seg.u64(ph + 32).Load()}
+	return transport.Tag{Phase: t.seg.u32(ph + hdrPhase).Load(), Seq: t.seg.u64(ph + hdrSeq).Load(), Sig: t.seg.u64(ph + hdrSig).Load()}
 }
 
 // winCheck is waitCheck for the window: the mismatch check first.

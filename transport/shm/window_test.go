@@ -514,3 +514,68 @@ func TestBellWakesSleeper(t *testing.T) {
 		t.Fatal("in 5 tries no sleeping rank was woken by its peer's publication (each slept out its timeout)")
 	}
 }
+
+// TestWindowStageWaitsForHeldViews: a peer's header carries the releases it
+// had made when it published, and Stage trusts it only as far as it goes.
+// Rank 1 publishes 1 and 2 while holding the views of 1 (its header of 2
+// says no release), so rank 0's Stage of 3, which would overwrite the slot
+// of 1, must wait for rank 1's counter and go on once rank 1 releases 1.
+// In lockstep the headers alone suffice: rank 0 has seen rank 1's releases
+// without a look at its counter.
+func TestWindowStageWaitsForHeldViews(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winheld"), 2, Options{WindowBytes: minWindowBytes})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	publish := func(tr *Transport, k int) error {
+		if _, err := tr.Stage(ctx, 8); err != nil {
+			return err
+		}
+		_, err := tr.Publish(ctx, transport.Tag{Seq: uint64(k)})
+		return err
+	}
+	released := make(chan struct{})
+	staged := make(chan error, 1)
+	errs := eachRank(ts, func(r int, tr *Transport) error {
+		for k := 1; k <= 2; k++ {
+			if err := publish(tr, k); err != nil {
+				return err
+			}
+			if r == 0 {
+				tr.Release()
+			}
+		}
+		if r == 1 {
+			if got := tr.win.relSeen[0]; got != 1 {
+				return fmt.Errorf("rank 0's header of publication 2 gave %d releases, want 1", got)
+			}
+			short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer stop()
+			select {
+			case err := <-staged:
+				return fmt.Errorf("rank 0 staged publication 3 while rank 1 held the views of 1 (%v)", err)
+			case <-short.Done():
+			}
+			tr.Release()
+			close(released)
+			if err := <-staged; err != nil {
+				return fmt.Errorf("rank 0's Stage after the release: %v", err)
+			}
+			tr.Release()
+			return nil
+		}
+		_, err := tr.Stage(ctx, 8)
+		staged <- err
+		select { // rank 1 releases after its checks, or has failed
+		case <-released:
+		case <-time.After(5 * time.Second):
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -9,8 +9,8 @@
 //
 //	N=1048576 ITERS=200 OP=ag detcoll launch --nproc-per-node 2 ./loops
 //
-// OP is ag (AllGather of N bytes per rank) or ar (AllReduce of N bytes),
-// fp32.
+// OP is ag (AllGather of N bytes per rank), ar (AllReduce of N bytes) or
+// rs (ReduceScatter of N bytes per rank into N/W), fp32.
 package main
 
 import (
@@ -42,8 +42,8 @@ func run() error {
 		return fmt.Errorf("ITERS=%q: want a positive count", os.Getenv("ITERS"))
 	}
 	op := os.Getenv("OP")
-	if op != "ag" && op != "ar" {
-		return fmt.Errorf("OP=%q: want ag or ar", op)
+	if op != "ag" && op != "ar" && op != "rs" {
+		return fmt.Errorf("OP=%q: want ag, ar or rs", op)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -58,12 +58,21 @@ func run() error {
 		send[i] = byte(i)
 	}
 	recv := make([]byte, n)
-	if op == "ag" {
+	switch op {
+	case "ag":
 		recv = make([]byte, n*c.Size())
+	case "rs":
+		if n%(4*c.Size()) != 0 {
+			return fmt.Errorf("N=%d: ReduceScatter wants a multiple of 4·W bytes", n)
+		}
+		recv = make([]byte, n/c.Size())
 	}
 	call := func() error {
-		if op == "ar" {
+		switch op {
+		case "ar":
 			return c.AllReduce(ctx, send, recv, detcoll.FP32)
+		case "rs":
+			return c.ReduceScatter(ctx, send, recv, detcoll.FP32)
 		}
 		return c.AllGather(ctx, send, recv, detcoll.FP32)
 	}

@@ -18,7 +18,7 @@ DETCOLL=${DETCOLL:-bin/detcoll}; LOOPS=${LOOPS:-bin/loops}; MPI_BENCH=${MPI_BENC
 [ -x "$MPI_BENCH" ] || mpicc -O2 -o "$MPI_BENCH" docs/benchmarks/peers/mpi_bench.c
 MPIRUN=(mpirun -np)
 if [ "$(id -u)" = 0 ]; then MPIRUN=(mpirun --allow-run-as-root -np); fi
-mop=all_gather; [ "$OP" = ar ] && mop=all_reduce
+mop=all_gather; [ "$OP" = ar ] && mop=all_reduce; [ "$OP" = rs ] && mop=reduce_scatter
 loop() { N=$1 ITERS=$2 OP=$OP "$DETCOLL" launch --nproc-per-node "$W" "$LOOPS" 2>&1 | awk '/median/{print $(NF-5)}'; }
 for n in $SIZES; do
 	it=$((n >= 1048576 ? 50 : 200))
