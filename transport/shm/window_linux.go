@@ -88,9 +88,8 @@ func (t *Transport) winWord(r, off int) int { return t.seg.rankOff(r) + t.seg.l.
 // ringBell wakes the ranks sleeping on the window, if any. With nobody
 // asleep it only reads the waiter count, a line nobody writes while every
 // rank spins: bumping the bell on every publish and release made the ranks
-// take its line from each other four times a call (a third of a 4 KiB
-// ReduceScatter's time at W = 2, docs/shm.md, "The bell"). The caller's
-// store of its counter comes first and winWait's sleeper adds itself to the
+// take its line from each other four times a call (docs/shm.md, "One line
+// per publication"). The caller's store of its counter comes first and winWait's sleeper adds itself to the
 // count before it tests the counters again; both are sequentially
 // consistent, so either this load sees the sleeper or the sleeper sees the
 // counter, and a sleeper that is counted finds the bell moved or is woken.
