@@ -298,7 +298,8 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 		if p < 0 {
 			return -1, nil
 		}
-		if err := t.winCheck(ctx, p, check); err != nil {
+		done := func() bool { return pending() < 0 }
+		if err := checked(done, func() error { return t.winCheck(ctx, p, check) }); err != nil {
 			return p, err
 		}
 		seq := bell.Load()
@@ -314,7 +315,7 @@ func (t *Transport) winWait(ctx context.Context, ready func(p int) bool, check f
 		if pending() < 0 {
 			return -1, nil
 		}
-		if err := t.peerDead(p); err != nil {
+		if err := checked(done, func() error { return t.peerDead(p) }); err != nil {
 			return p, err
 		}
 		sleep = min(2*sleep, maxSleep)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -576,6 +577,84 @@ func TestWindowStageWaitsForHeldViews(t *testing.T) {
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestSentBeforeCloseDelivered: what a peer sends or publishes right
+// before it closes is delivered, even when the waiter looks at the peer's
+// closed flag only after both (waitHook puts the peer's send or
+// publication and its Close right before the waiter's check), in the
+// yielding waits of an oversubscribed group and in the sleeping ones.
+// Before the look after the check, the waiter failed with ErrPeerClosed
+// (capi's TestCHost in CI).
+func TestSentBeforeCloseDelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	oldYield := yieldFor
+	defer func() { yieldFor, waitHook = oldYield, nil }()
+	msg := []byte("sent before the close")
+	tag := transport.Tag{Phase: 7, Seq: 3}
+	for _, tc := range []struct {
+		name string
+		peer func(tr *Transport) error // the peer's last act before Close
+		wait func(tr *Transport) ([]byte, error)
+	}{
+		{"message",
+			func(tr *Transport) error { return tr.Send(ctx, 0, tag, msg) },
+			func(tr *Transport) ([]byte, error) {
+				buf := make([]byte, len(msg))
+				return buf, tr.Recv(ctx, 1, tag, buf)
+			}},
+		{"publication",
+			func(tr *Transport) error {
+				slot, err := tr.Stage(ctx, len(msg))
+				if err != nil {
+					return err
+				}
+				copy(slot, msg)
+				_, err = tr.Publish(ctx, tag)
+				tr.Release()
+				return err
+			},
+			func(tr *Transport) ([]byte, error) {
+				if _, err := tr.Stage(ctx, 0); err != nil {
+					return nil, err
+				}
+				views, err := tr.Publish(ctx, tag)
+				if err != nil {
+					return nil, err
+				}
+				defer tr.Release()
+				return bytes.Clone(views[1]), nil
+			}},
+	} {
+		for _, yield := range []int64{int64(time.Second), 0} {
+			ts := connectGroup(t, store.NewMemory(), uniquePrefix("lastact"), 2, Options{WindowBytes: minWindowBytes})
+			ts[0].spin = 0 // no busy spin: the waits that check the flag
+			yieldFor = yield
+			var fired atomic.Bool
+			var peerErr error
+			waitHook = func() {
+				if fired.CompareAndSwap(false, true) {
+					peerErr = tc.peer(ts[1])
+					ts[1].Close()
+				}
+			}
+			got, err := tc.wait(ts[0])
+			waitHook = nil
+			switch {
+			case !fired.Load():
+				t.Errorf("%s, yield %v: the wait never checked the peer", tc.name, time.Duration(yield))
+			case peerErr != nil:
+				t.Errorf("%s, yield %v: the peer: %v", tc.name, time.Duration(yield), peerErr)
+			case err != nil:
+				t.Errorf("%s, yield %v: %v, want what the peer sent before it closed", tc.name, time.Duration(yield), err)
+			case !bytes.Equal(got, msg):
+				t.Errorf("%s, yield %v: got %q, want %q", tc.name, time.Duration(yield), got, msg)
+			}
+			ts[0].Close()
+			ts[1].Close()
 		}
 	}
 }
