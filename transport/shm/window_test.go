@@ -120,11 +120,7 @@ func TestWindowPeerAheadAfterPublishing(t *testing.T) {
 		tr.Release()
 		return err
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 	next := transport.Tag{Phase: 1, Seq: 18}
 	if err := ts[1].Send(ctx, 0, next, []byte{1, 2, 3, 4}); err != nil {
 		t.Fatal(err)
@@ -200,11 +196,7 @@ func TestWindowMisuse(t *testing.T) {
 		tr.Release()
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestWindowWaitsBounded: a peer that never publishes fails the wait with
@@ -380,11 +372,7 @@ func TestWindowRotatesOffsets(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestWindowBadOffset: a header whose offset would put the block past the
@@ -409,11 +397,7 @@ func TestWindowBadOffset(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestBarrierUsesWindow: over shm a Barrier is one empty publication (no
@@ -574,11 +558,7 @@ func TestWindowStageWaitsForHeldViews(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	noErrors(t, "", errs)
 }
 
 // TestSentBeforeCloseDelivered: what a peer sends or publishes right
