@@ -58,11 +58,11 @@ const (
 	rwHdr   = 64 // + slot*64: the slot's header line (window_linux.go)
 	rwBytes = rwHdr + winSlots*64
 	// the header line of a window slot
-	hdrPub   = 0 // the publication number, stored last
-	hdrPhase = 8 // the tag: phase (u32), seq, sig
-	hdrSeq   = 24
-	hdrSig   = 32
+	hdrPub   = 0  // the publication number, stored last
+	hdrPhase = 8  // the tag's phase (u32)
 	hdrLen   = 16 // the block's length
+	hdrSeq   = 24 // the tag's call number
+	hdrSig   = 32 // the tag's signature hash
 	hdrAt    = 40 // the block's offset in the slot
 	hdrRel   = 48 // how many publications the rank had released
 )

@@ -240,7 +240,9 @@ func (t *Transport) collect(ctx context.Context, op string, tag transport.Tag) (
 			return fail(p, &transport.TagError{Got: got, Want: tag})
 		}
 		if p != t.rank {
-			w.relSeen[p] = max(w.relSeen[p], t.seg.u64(ph+hdrRel).Load())
+			// At most k-1: a rank publishing k has not released it, and
+			// a bad count must not let Stage overwrite a block in use.
+			w.relSeen[p] = max(w.relSeen[p], min(t.seg.u64(ph+hdrRel).Load(), k-1))
 		}
 		off := t.seg.l.winSlot(p, slot) + int(at)
 		views[p] = t.seg.mem[off : off+int(n) : off+int(n)]
