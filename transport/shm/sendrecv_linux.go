@@ -145,8 +145,8 @@ func (t *Transport) wait(ctx context.Context, peer int, r *ring, word, waiting *
 // its ring (capi's TestCHost in CI, 2026-12-06; docs/shm.md, "Not done,
 // known issues").
 func checked(ready func() bool, check func() error) error {
-	if waitHook != nil {
-		waitHook()
+	if hook := waitHook.Load(); hook != nil {
+		(*hook)()
 	}
 	if err := check(); err != nil && !ready() {
 		return err
@@ -155,8 +155,9 @@ func checked(ready func() bool, check func() error) error {
 }
 
 // waitHook, when set (tests only), runs right before a wait's check, where
-// a peer's send and close may fall.
-var waitHook func()
+// a peer's send and close may fall. Atomic: a wait of another test's
+// transport may still be running when a test sets it.
+var waitHook atomic.Pointer[func()]
 
 // poll is every wait's phases before it sleeps: a few loads; when the
 // group fits on the cores a busy spin (a running peer answers within

@@ -572,7 +572,7 @@ func TestSentBeforeCloseDelivered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	oldYield := yieldFor
-	defer func() { yieldFor, waitHook = oldYield, nil }()
+	defer func() { yieldFor = oldYield; waitHook.Store(nil) }()
 	msg := []byte("sent before the close")
 	tag := transport.Tag{Phase: 7, Seq: 3}
 	for _, tc := range []struct {
@@ -615,14 +615,15 @@ func TestSentBeforeCloseDelivered(t *testing.T) {
 			yieldFor = yield
 			var fired atomic.Bool
 			var peerErr error
-			waitHook = func() {
+			hook := func() {
 				if fired.CompareAndSwap(false, true) {
 					peerErr = tc.peer(ts[1])
 					ts[1].Close()
 				}
 			}
+			waitHook.Store(&hook)
 			got, err := tc.wait(ts[0])
-			waitHook = nil
+			waitHook.Store(nil)
 			switch {
 			case !fired.Load():
 				t.Errorf("%s, yield %v: the wait never checked the peer", tc.name, time.Duration(yield))
