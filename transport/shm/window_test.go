@@ -78,8 +78,7 @@ func TestWindowTagMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winmis"), 2, Options{})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	errs := eachRank(ts, func(r int, tr *Transport) error {
 		if _, err := tr.Stage(ctx, 4); err != nil {
 			return err
@@ -109,8 +108,7 @@ func TestWindowPeerAheadAfterPublishing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winahead"), 2, Options{})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	tag := transport.Tag{Phase: 2, Seq: 17, Sig: 7}
 	errs := eachRank(ts, func(r int, tr *Transport) error {
 		if _, err := tr.Stage(ctx, 4); err != nil {
@@ -140,8 +138,7 @@ func TestWindowMisuse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winmisuse"), 2, Options{WindowBytes: minWindowBytes})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	tr := ts[0]
 	if _, err := tr.Stage(ctx, minWindowBytes+1); !errors.Is(err, transport.ErrSizeMismatch) {
 		t.Fatalf("oversized stage: %v", err)
@@ -204,8 +201,7 @@ func TestWindowMisuse(t *testing.T) {
 // ErrPeerClosed; and Close of this rank unblocks its own wait.
 func TestWindowWaitsBounded(t *testing.T) {
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winwait"), 3, Options{})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	defer ts[2].Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -344,8 +340,7 @@ func TestWindowRotatesOffsets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winrot"), 2, Options{WindowBytes: 4 * minWindowBytes})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	const n = 16 << 10
 	errs := eachRank(ts, func(r int, tr *Transport) error {
 		starts := map[uintptr]bool{}
@@ -382,8 +377,7 @@ func TestWindowBadOffset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winbad"), 2, Options{WindowBytes: minWindowBytes})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	errs := eachRank(ts, func(r int, tr *Transport) error {
 		if _, err := tr.Stage(ctx, 64); err != nil {
 			return err
@@ -462,8 +456,7 @@ func TestBellWakesSleeper(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("bell"), 2, Options{WindowBytes: minWindowBytes})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	waiters := ts[0].seg.u32(offBellWts)
 
 	publish := func(tr *Transport, k int) error {
@@ -511,8 +504,7 @@ func TestWindowStageWaitsForHeldViews(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("winheld"), 2, Options{WindowBytes: minWindowBytes})
-	defer ts[0].Close()
-	defer ts[1].Close()
+	defer closeAll(ts)
 	publish := func(tr *Transport, k int) error {
 		if _, err := tr.Stage(ctx, 8); err != nil {
 			return err
@@ -634,8 +626,7 @@ func TestSentBeforeCloseDelivered(t *testing.T) {
 			case !bytes.Equal(got, msg):
 				t.Errorf("%s, yield %v: got %q, want %q", tc.name, time.Duration(yield), got, msg)
 			}
-			ts[0].Close()
-			ts[1].Close()
+			closeAll(ts)
 		}
 	}
 }
