@@ -103,7 +103,7 @@
 //
 // Exchange runs one collective step with every peer (a send to and a
 // receive from each) the way a goroutine per Send and Recv would, but
-// without goroutines for messages of at most 64 KiB: such frames are written
+// without goroutines for messages of at most 256 KiB: such frames are written
 // with one non-blocking writev from the calling goroutine and received on
 // it, after every send has started. Over loopback the goroutine hand-offs it
 // avoids cost more per 4 KiB message than the transport itself

@@ -9,9 +9,16 @@ import (
 )
 
 // inlineMax is the largest message Exchange writes from the calling
-// goroutine, and receives on it: a frame this small goes into the socket
-// buffer with one writev, and reading it is one read.
-const inlineMax = 64 << 10
+// goroutine, and receives on it: such a frame usually goes into the socket
+// buffer with one writev. Up to 256 KiB the goroutines cost more than they
+// overlap: with one P per rank (the launcher's GOMAXPROCS on a small host)
+// they only take turns, and a goroutine per peer and direction adds
+// threads that compete with the peers' ranks for the cores. Raising it
+// from 64 KiB took 128 and 256 KiB AllGathers at W = 4 on 2 cores from
+// 687 and 969 µs to 467 and 688, and was neutral or better in every other
+// row; above 256 KiB it was a wash (docs/benchmarks/tcp-loopback.md,
+// "Inline up to 256 KiB").
+const inlineMax = 256 << 10
 
 var _ transport.Exchanger = (*Transport)(nil)
 
@@ -22,10 +29,10 @@ var _ transport.Exchanger = (*Transport)(nil)
 // stop the others) and Exchange returns nothing itself.
 //
 // It does what a goroutine per Send and Recv does, without them for small
-// messages: a send of at most 64 KiB is written with one non-blocking
-// writev from the calling goroutine (only the rest of a frame the socket
-// would not take at once goes to a goroutine), and receives of at most
-// 64 KiB run one after another on the calling goroutine once every send
+// messages: a send of at most inlineMax (256 KiB) is written with one
+// non-blocking writev from the calling goroutine (only the rest of a frame
+// the socket would not take at once goes to a goroutine), and receives of
+// at most inlineMax run one after another on the calling goroutine once every send
 // has been started, so no rank waits on a peer that waits on it. Larger
 // messages get a goroutine each, as before. On loopback this removes the
 // goroutine hand-offs that cost more than the transport itself per small
@@ -106,7 +113,7 @@ var inlinePartial atomic.Int64
 // it at once, otherwise (or for what the socket did not take) in a
 // goroutine counted by wg, which it returns (made if nil).
 func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, buf []byte, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
-	if len(buf) > inlineMax || t.shift != 0 && len(buf) > 1<<t.shift {
+	if len(buf) > inlineMax {
 		return t.sendAsync(ctx, peer, tag, buf, wg, report)
 	}
 	if err := transport.CheckPeer("send", t.rank, t.size, peer); err != nil {
@@ -114,6 +121,10 @@ func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, 
 		return wg
 	}
 	p := t.peers[peer]
+	if !p.snd.noCRC && t.shift != 0 && len(buf) > 1<<t.shift {
+		// A checksummed frame of several chunks: writeFrame's job.
+		return t.sendAsync(ctx, peer, tag, buf, wg, report)
+	}
 	d := &p.snd
 	d.mu.Lock()
 	if err := t.usable(p, false); err != nil {

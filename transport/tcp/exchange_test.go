@@ -53,17 +53,18 @@ func allToAll(t *testing.T, ts []*Transport, tag transport.Tag, size func(from, 
 
 func TestExchange(t *testing.T) {
 	for _, w := range []int{2, 3, 5} {
-		// A 16 KiB send buffer cannot take a 64 KiB frame at once: the
-		// inline write is cut short and a goroutine finishes it.
-		for _, opt := range []Options{{}, {ChunkSize: 4096}, {WriteBuffer: 16 << 10}} {
+		// A 16 KiB send buffer cannot take a 256 KiB frame at once: the
+		// inline write is cut short and a goroutine finishes it. Checksummed
+		// 4 KiB chunks send every frame above 4 KiB from a goroutine.
+		for _, opt := range []Options{{}, {ChunkSize: 4096}, {ChunkSize: 4096, Checksum: ChecksumAlways}, {WriteBuffer: 16 << 10}} {
 			t.Run(fmt.Sprintf("W=%d/%+v", w, opt), func(t *testing.T) {
 				ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchg"), w, opt)
 				defer closeAll(ts)
 				sizes := []func(int, int) int{
 					func(int, int) int { return 4096 },
 					func(int, int) int { return 0 },
-					func(int, int) int { return inlineMax },                           // inline; with 4 KiB socket buffers it is cut short
-					func(f, to int) int { return (f*7 + to*131) * 997 % (150 << 10) }, // a mix, both sides of inlineMax
+					func(int, int) int { return inlineMax },                                   // inline; with 4 KiB socket buffers it is cut short
+					func(f, to int) int { return (f*7 + to*131) * 997 % (inlineMax * 3 / 2) }, // a mix, both sides of inlineMax
 				}
 				if opt == (Options{}) {
 					sizes = append(sizes, func(int, int) int { return 600 << 10 }) // two chunks, goroutines
