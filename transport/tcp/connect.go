@@ -82,6 +82,10 @@ func loopback(c *net.TCPConn) bool {
 	return lok && rok && l.IP.IsLoopback() && r.IP.IsLoopback()
 }
 
+// testNoInlineAll makes loopback connections behave as remote ones in
+// Exchange (tests of the goroutine path).
+var testNoInlineAll bool
+
 // DefaultChunkSize is the default Options.ChunkSize.
 const DefaultChunkSize = 512 << 10
 
@@ -248,6 +252,7 @@ func connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		if i != rank {
 			t.peers[i] = newPeer(i, c, opt.Poll)
 			t.peers[i].snd.noCRC = sum == ChecksumAuto && loopback(c)
+			t.peers[i].inlineAll = loopback(c) && !testNoInlineAll
 		}
 	}
 	return t, nil

@@ -9,16 +9,20 @@ import (
 )
 
 // inlineMax is the largest message Exchange writes from the calling
-// goroutine, and receives on it: such a frame usually goes into the socket
-// buffer with one writev. Up to 256 KiB the goroutines cost more than they
-// overlap: with one P per rank (the launcher's GOMAXPROCS on a small host)
-// they only take turns, and a goroutine per peer and direction adds
-// threads that compete with the peers' ranks for the cores. Raising it
-// from 64 KiB took 128 and 256 KiB AllGathers at W = 4 on 2 cores from
-// 687 and 969 µs to 467 and 688, and was neutral or better in every other
-// row; above 256 KiB it was a wash (docs/benchmarks/tcp-loopback.md,
-// "Inline up to 256 KiB").
+// goroutine, and receives on it, over a connection that is not loopback:
+// such a frame usually goes into the socket buffer with one writev. Up to
+// 256 KiB the goroutines cost more than they overlap: with one P per rank
+// (the launcher's GOMAXPROCS on a small host) they only take turns, and a
+// goroutine per peer and direction adds threads that compete with the
+// peers' ranks for the cores. Raising it from 64 KiB took 128 and 256 KiB
+// AllGathers at W = 4 on 2 cores from 687 and 969 µs to 467 and 688, and
+// was neutral or better in every other row (docs/benchmarks/tcp-loopback.md,
+// "Inline up to 256 KiB"). Over loopback every message is inline (peer.inlineAll).
 const inlineMax = 256 << 10
+
+// inlines reports whether Exchange moves a message of n bytes with p on the
+// calling goroutine.
+func (p *peer) inlines(n int) bool { return n <= inlineMax || p.inlineAll }
 
 var _ transport.Exchanger = (*Transport)(nil)
 
@@ -28,15 +32,20 @@ var _ transport.Exchanger = (*Transport)(nil)
 // error is passed to report (from any goroutine; report may cancel ctx to
 // stop the others) and Exchange returns nothing itself.
 //
-// It does what a goroutine per Send and Recv does, without them for small
-// messages: a send of at most inlineMax (256 KiB) is written with one
-// non-blocking writev from the calling goroutine (only the rest of a frame
-// the socket would not take at once goes to a goroutine), and receives of
-// at most inlineMax run one after another on the calling goroutine once every send
-// has been started, so no rank waits on a peer that waits on it. Larger
-// messages get a goroutine each, as before. On loopback this removes the
-// goroutine hand-offs that cost more than the transport itself per small
-// message (docs/benchmarks/tcp-lean-2026-12-01.md).
+// It does what a goroutine per Send and Recv does, without them: a send is
+// written with one non-blocking writev from the calling goroutine (only the
+// rest of a frame the socket would not take at once goes to a goroutine),
+// and the receives run one after another on the calling goroutine once
+// every send has been started, so no rank waits on a peer that waits on it.
+// Over a connection that is not loopback only messages of at most
+// inlineMax (256 KiB) go so; larger ones get a goroutine per peer and
+// direction, which keeps every link of a real network busy at once. On
+// loopback, where every byte is a copy by one of the host's CPUs, one
+// goroutine per rank is what Open MPI's progress loop is, and removes the
+// hand-offs that cost more than the transport itself per small message
+// (docs/benchmarks/tcp-lean-2026-12-01.md) and the threads that compete
+// with the peers for the cores on large ones (docs/benchmarks/tcp-loopback.md,
+// "Raw syscalls and every message inline").
 func (t *Transport) Exchange(ctx context.Context, tag transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool), report func(error)) {
 	// wg is made only when a goroutine is needed: small exchanges allocate
 	// nothing.
@@ -58,7 +67,7 @@ func (t *Transport) Exchange(ctx context.Context, tag transport.Tag, sendBuf, re
 		b, ok := recvBuf(p)
 		switch {
 		case !ok:
-		case len(b) <= inlineMax:
+		case t.peers[p].inlines(len(b)):
 			inline = append(inline, p)
 		default:
 			wg = t.recvAsync(ctx, p, tag, b, wg, report)
@@ -113,15 +122,12 @@ var inlinePartial atomic.Int64
 // it at once, otherwise (or for what the socket did not take) in a
 // goroutine counted by wg, which it returns (made if nil).
 func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, buf []byte, wg *sync.WaitGroup, report func(error)) *sync.WaitGroup {
-	if len(buf) > inlineMax {
-		return t.sendAsync(ctx, peer, tag, buf, wg, report)
-	}
 	if err := transport.CheckPeer("send", t.rank, t.size, peer); err != nil {
 		report(err)
 		return wg
 	}
 	p := t.peers[peer]
-	if !p.snd.noCRC && t.shift != 0 && len(buf) > 1<<t.shift {
+	if !p.inlines(len(buf)) || !p.snd.noCRC && t.shift != 0 && len(buf) > 1<<t.shift {
 		// A checksummed frame of several chunks: writeFrame's job.
 		return t.sendAsync(ctx, peer, tag, buf, wg, report)
 	}

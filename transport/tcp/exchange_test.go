@@ -52,6 +52,18 @@ func allToAll(t *testing.T, ts []*Transport, tag transport.Tag, size func(from, 
 }
 
 func TestExchange(t *testing.T) {
+	// Loopback connections move every message inline; as remote ones
+	// (testNoInlineAll) messages above inlineMax take a goroutine each.
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
+			testNoInlineAll = remote
+			defer func() { testNoInlineAll = false }()
+			testExchange(t, remote)
+		})
+	}
+}
+
+func testExchange(t *testing.T, remote bool) {
 	for _, w := range []int{2, 3, 5} {
 		// A 16 KiB send buffer cannot take a 256 KiB frame at once: the
 		// inline write is cut short and a goroutine finishes it. Checksummed
@@ -60,6 +72,9 @@ func TestExchange(t *testing.T) {
 			t.Run(fmt.Sprintf("W=%d/%+v", w, opt), func(t *testing.T) {
 				ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchg"), w, opt)
 				defer closeAll(ts)
+				if got := ts[0].peers[1].inlineAll; got == remote {
+					t.Fatalf("peer inlineAll = %v over loopback with testNoInlineAll = %v", got, remote)
+				}
 				sizes := []func(int, int) int{
 					func(int, int) int { return 4096 },
 					func(int, int) int { return 0 },

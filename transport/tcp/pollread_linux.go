@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // pollParks counts reads whose poll budget ran out (for tests).
@@ -79,9 +80,9 @@ func newPollReader(c *net.TCPConn, budget time.Duration) io.Reader {
 // error; false (park until readable) once the budget is spent.
 func (r *pollReader) read(fd uintptr) bool {
 	for {
-		n, err := syscall.Read(int(fd), r.p)
+		n, err := rawRead(fd, r.p)
 		switch err {
-		case nil:
+		case 0:
 			r.n = n
 			return true
 		case syscall.EINTR:
@@ -116,6 +117,25 @@ func (r *pollReader) read(fd uintptr) bool {
 		}
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 	}
+}
+
+// rawRead is one read(2) of the non-blocking socket without telling the
+// scheduler (RawSyscall): it cannot block, and a long copy (a large
+// message's read takes up to a few hundred µs) would otherwise let the
+// runtime's monitor hand this P to another thread, which then runs the
+// process's other goroutines (polling readers, writers) beside the copy.
+// On 2 cores shared by 4 ranks those extra threads cost more than they
+// overlap: a Go probe of a 1 MiB W = 4 exchange took 3.2–3.5 ms per
+// exchange with syscall.Syscall and 2.6–2.7 with RawSyscall, as the same
+// loop in C (docs/benchmarks/tcp-loopback.md, "Raw syscalls and every
+// message inline"). The P is held for at most one copy of what the socket
+// holds.
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), 0
 }
 
 func (r *pollReader) donePolling() {

@@ -65,6 +65,9 @@ type peer struct {
 	rcause error
 
 	snd, rcv direction
+	// inlineAll: Exchange moves every message with this peer on the calling
+	// goroutine (a loopback connection; see inlineMax).
+	inlineAll bool
 }
 
 type direction struct {

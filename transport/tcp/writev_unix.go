@@ -45,10 +45,13 @@ func (d *direction) tryWritev(a, b []byte) (int, error) {
 	return w.n, w.err
 }
 
-// writev is the RawConn callback: one attempt, never a wait.
+// writev is the RawConn callback: one attempt, never a wait. It does not
+// tell the scheduler (RawSyscall) for the reason rawRead gives: the socket
+// is non-blocking, and a long copy into it must not hand this P to another
+// thread.
 func (w *inlineWrite) writev(fd uintptr) bool {
 	for {
-		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.cnt))
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.cnt))
 		switch e {
 		case 0:
 			w.n = int(r)
