@@ -17,7 +17,8 @@ import (
 // peers' ranks for the cores. Raising it from 64 KiB took 128 and 256 KiB
 // AllGathers at W = 4 on 2 cores from 687 and 969 µs to 467 and 688, and
 // was neutral or better in every other row (docs/benchmarks/tcp-loopback.md,
-// "Inline up to 256 KiB"). Over loopback every message is inline (peer.inlineAll).
+// "Inline up to 256 KiB"). Over loopback with one P every message is
+// inline (peer.inlineAll, inlineAllFor).
 const inlineMax = 256 << 10
 
 // inlines reports whether Exchange moves a message of n bytes with p on the
@@ -37,11 +38,12 @@ var _ transport.Exchanger = (*Transport)(nil)
 // rest of a frame the socket would not take at once goes to a goroutine),
 // and the receives run one after another on the calling goroutine once
 // every send has been started, so no rank waits on a peer that waits on it.
-// Over a connection that is not loopback only messages of at most
-// inlineMax (256 KiB) go so; larger ones get a goroutine per peer and
-// direction, which keeps every link of a real network busy at once. On
-// loopback, where every byte is a copy by one of the host's CPUs, one
-// goroutine per rank is what Open MPI's progress loop is, and removes the
+// Over a connection that is not loopback, or with more than one P, only
+// messages of at most inlineMax (256 KiB) go so; larger ones get a
+// goroutine per peer and direction, which keeps every link of a real
+// network (or several cores) busy at once. On loopback with one P, where
+// goroutines can only take turns, one goroutine per rank is what Open
+// MPI's progress loop is, and removes the
 // hand-offs that cost more than the transport itself per small message
 // (docs/benchmarks/tcp-lean-2026-12-01.md) and the threads that compete
 // with the peers for the cores on large ones (docs/benchmarks/tcp-loopback.md,

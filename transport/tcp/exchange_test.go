@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -52,12 +53,13 @@ func allToAll(t *testing.T, ts []*Transport, tag transport.Tag, size func(from, 
 }
 
 func TestExchange(t *testing.T) {
-	// Loopback connections move every message inline; as remote ones
-	// (testNoInlineAll) messages above inlineMax take a goroutine each.
+	// With inlineAll (loopback, one P) every message is inline; without it
+	// messages above inlineMax take a goroutine each.
+	saved := inlineAllFor
+	defer func() { inlineAllFor = saved }()
 	for _, remote := range []bool{false, true} {
 		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
-			testNoInlineAll = remote
-			defer func() { testNoInlineAll = false }()
+			inlineAllFor = func(*net.TCPConn) bool { return !remote }
 			testExchange(t, remote)
 		})
 	}
@@ -73,7 +75,7 @@ func testExchange(t *testing.T, remote bool) {
 				ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchg"), w, opt)
 				defer closeAll(ts)
 				if got := ts[0].peers[1].inlineAll; got == remote {
-					t.Fatalf("peer inlineAll = %v over loopback with testNoInlineAll = %v", got, remote)
+					t.Fatalf("peer inlineAll = %v, want %v", got, !remote)
 				}
 				sizes := []func(int, int) int{
 					func(int, int) int { return 4096 },
