@@ -103,11 +103,16 @@
 //
 // Exchange runs one collective step with every peer (a send to and a
 // receive from each) the way a goroutine per Send and Recv would, but
-// without goroutines for messages of at most 256 KiB: such frames are written
-// with one non-blocking writev from the calling goroutine and received on
-// it, after every send has started. Over loopback the goroutine hand-offs it
-// avoids cost more per 4 KiB message than the transport itself
-// (docs/benchmarks/tcp-lean-2026-12-01.md).
+// without goroutines for messages of at most 256 KiB, and for every message
+// over loopback in a process with one P: such frames are written with one
+// non-blocking writev from the calling goroutine and received on it, after
+// every send has started. Over loopback the goroutine hand-offs it avoids
+// cost more per 4 KiB message than the transport itself
+// (docs/benchmarks/tcp-lean-2026-12-01.md), and on large messages the
+// threads they add compete with the peers for the cores. The non-blocking
+// reads and writes are raw system calls, so that a long copy does not hand
+// the P to another thread (docs/benchmarks/tcp-loopback.md, "Raw syscalls
+// and every message inline").
 // Nothing is ever allocated from a length on the wire, and with a context
 // that cannot be cancelled (such as context.Background) Send and Recv
 // allocate nothing at all.

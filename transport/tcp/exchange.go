@@ -43,11 +43,11 @@ var _ transport.Exchanger = (*Transport)(nil)
 // goroutine per peer and direction, which keeps every link of a real
 // network (or several cores) busy at once. On loopback with one P, where
 // goroutines can only take turns, one goroutine per rank is what Open
-// MPI's progress loop is, and removes the
-// hand-offs that cost more than the transport itself per small message
-// (docs/benchmarks/tcp-lean-2026-12-01.md) and the threads that compete
-// with the peers for the cores on large ones (docs/benchmarks/tcp-loopback.md,
-// "Raw syscalls and every message inline").
+// MPI's progress loop is: it removes the hand-offs that cost more than the
+// transport itself per small message (docs/benchmarks/tcp-lean-2026-12-01.md)
+// and the threads that compete with the peers for the cores on large ones
+// (docs/benchmarks/tcp-loopback.md, "Raw syscalls and every message
+// inline").
 func (t *Transport) Exchange(ctx context.Context, tag transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool), report func(error)) {
 	// wg is made only when a goroutine is needed: small exchanges allocate
 	// nothing.
@@ -130,7 +130,8 @@ func (t *Transport) sendStart(ctx context.Context, peer int, tag transport.Tag, 
 	}
 	p := t.peers[peer]
 	if !p.inlines(len(buf)) || !p.snd.noCRC && t.shift != 0 && len(buf) > 1<<t.shift {
-		// A checksummed frame of several chunks: writeFrame's job.
+		// A large frame where goroutines may overlap (see inlineMax), or a
+		// checksummed frame of several chunks (writeFrame's job).
 		return t.sendAsync(ctx, peer, tag, buf, wg, report)
 	}
 	d := &p.snd

@@ -66,7 +66,7 @@ type peer struct {
 
 	snd, rcv direction
 	// inlineAll: Exchange moves every message with this peer on the calling
-	// goroutine (a loopback connection; see inlineMax).
+	// goroutine (loopback and one P: inlineAllFor).
 	inlineAll bool
 }
 
