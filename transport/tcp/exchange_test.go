@@ -102,6 +102,22 @@ func testExchange(t *testing.T, remote bool) {
 }
 
 func TestExchangeErrors(t *testing.T) {
+	// Small messages, and large ones moved inline (one goroutine) and by a
+	// goroutine per peer and direction.
+	saved := inlineAllFor
+	defer func() { inlineAllFor = saved }()
+	for _, tc := range []struct {
+		n   int
+		all bool
+	}{{1000, false}, {600 << 10, true}, {600 << 10, false}} {
+		t.Run(fmt.Sprintf("n=%d/inlineAll=%v", tc.n, tc.all), func(t *testing.T) {
+			inlineAllFor = func(*net.TCPConn) bool { return tc.all }
+			testExchangeErrors(t, tc.n)
+		})
+	}
+}
+
+func testExchangeErrors(t *testing.T, n int) {
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchgerr"), 3, Options{})
 	defer closeAll(ts)
 	// Rank 2 is gone: rank 0's exchange reports it and still finishes the
@@ -115,8 +131,8 @@ func TestExchangeErrors(t *testing.T) {
 	for r := range 2 {
 		wg.Go(func() {
 			ts[r].Exchange(ctx, tg(1),
-				func(p int) ([]byte, bool) { return pattern(1000, r), true },
-				func(p int) ([]byte, bool) { return make([]byte, 1000), true },
+				func(p int) ([]byte, bool) { return pattern(n, r), true },
+				func(p int) ([]byte, bool) { return make([]byte, n), true },
 				func(err error) { mu.Lock(); errs[r] = append(errs[r], err); mu.Unlock() })
 		})
 	}
