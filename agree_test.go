@@ -426,6 +426,42 @@ func TestValidatedCallAllocations(t *testing.T) {
 	}
 }
 
+// allocsPerTCPAllGather bounds what a 4 KiB AllGather over TCP at W = 2,
+// with a context that has a deadline, allocates in all (both ranks): 36
+// before 2026-12-06 (fifth session), when every call derived a cancellable
+// context from the caller's and every receive registered an AfterFunc on it
+// (four allocations and a lock of the caller's context each). What is left
+// is the exchange step's cancellable context, its error collector and the
+// buffer callbacks.
+const allocsPerTCPAllGather = 16
+
+func TestTCPCallAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	comms := tcpComms(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sends := [][]byte{make([]byte, 4096), make([]byte, 4096)}
+	recvs := [][]byte{make([]byte, 8192), make([]byte, 8192)}
+	l := newRankLoop(comms, func(c *Comm) error {
+		return c.AllGather(ctx, sends[c.Rank()], recvs[c.Rank()], FP32)
+	})
+	defer l.stop()
+	if err := l.step(); err != nil {
+		t.Fatal(err)
+	}
+	n := testing.AllocsPerRun(200, func() {
+		if err := l.step(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("%.1f allocations per AllGather (both ranks)", n)
+	if n > allocsPerTCPAllGather {
+		t.Fatalf("%.1f allocations per 4 KiB AllGather over TCP (both ranks), more than %d", n, allocsPerTCPAllGather)
+	}
+}
+
 // A rooted call with a validated signature (Broadcast) against another call
 // on rank 2: rank 2 fails at once; the root and the other receiver may
 // finish that call (over TCP the root's send does not wait for rank 2's

@@ -270,7 +270,12 @@ func (c *Comm) withTimeout(ctx context.Context) (context.Context, context.Cancel
 		ctx = context.Background()
 	}
 	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+		// The caller's deadline bounds the call. Nothing a call starts
+		// outlives it (exchange and the transports wait for their
+		// goroutines and remove their AfterFuncs before returning), so a
+		// child context would only cost an allocation and a registration
+		// on ctx per call.
+		return ctx, func() {}
 	}
 	if ctx == context.Background() || ctx == context.TODO() {
 		return c.deadline.get(c.cfg.timeout), func() {}

@@ -60,6 +60,9 @@ type pollReader struct {
 	// polling: this Read is counted in pollers (from its first empty read
 	// until it parks or returns)
 	polling bool
+	// beforePark, if set, runs when the budget is spent, before the park
+	// (the receiving direction arms the call's context there).
+	beforePark func()
 }
 
 // newPollReader returns c itself when budget is not positive.
@@ -101,6 +104,9 @@ func (r *pollReader) read(fd uintptr) bool {
 		case now.After(r.until):
 			pollParks.Add(1)
 			r.donePolling()
+			if r.beforePark != nil {
+				r.beforePark()
+			}
 			return false
 		}
 		// Let this process's other goroutines run first when polling reads

@@ -11,3 +11,9 @@ import (
 // newPollReader polls only on Linux (sched_yield between attempts); other
 // systems read the connection directly.
 func newPollReader(c *net.TCPConn, _ time.Duration) io.Reader { return c }
+
+// pollReader does not exist here; the type keeps the receiving direction's
+// field.
+type pollReader struct{ beforePark func() }
+
+func (*pollReader) Read([]byte) (int, error) { return 0, io.EOF }
