@@ -294,7 +294,8 @@ func (c *Comm) withTimeout(ctx context.Context) (context.Context, context.Cancel
 // allocations per operation before, 9 B and 2 after; docs/shm.md, "The
 // per-call context"). Every derived context and AfterFunc registered on it
 // is removed before its call returns (the transports disarm their
-// AfterFuncs, exchange cancels its child), so nothing accumulates on it. Its
+// AfterFuncs), but for exchange's one step context (stepState), which a
+// later deadline replaces, so nothing accumulates on it. Its
 // deadline is start + timeout + timeout/100, so every call it serves has at
 // least the timeout and at most 1 % more. A call that hits it poisons the
 // communicator, so no later call meets a context that has expired; a

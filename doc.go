@@ -58,6 +58,13 @@
 // the same slice); AllGather runs in place when send is rank r's block of
 // recv. Any other overlap is an error.
 //
+// Contexts: every collective takes one and ends when it ends. A context
+// without a deadline gets the communicator's timeout (WithTimeout, 5 minutes
+// by default). A call derives no context per call from the caller's; the
+// communicator keeps one cancellable child of the last call's context for
+// its exchange steps, replaced when a call brings another context and
+// released by Close, so it holds a reference to that context between calls.
+//
 // Errors: bad arguments return errors wrapping ErrInvalidArgument before
 // anything moves, and leave the Comm usable. Any transport failure, a
 // cancelled or expired context during a collective, or a mismatch poisons the
