@@ -14,6 +14,12 @@ import (
 // tcpComms connects w communicators over TCP loopback in this process.
 func tcpComms(tb testing.TB, w int, opts ...CommOption) []*Comm {
 	tb.Helper()
+	return tcpCommsWith(tb, w, tcp.Options{}, opts...)
+}
+
+// tcpCommsWith is tcpComms with the transport's options.
+func tcpCommsWith(tb testing.TB, w int, topts tcp.Options, opts ...CommOption) []*Comm {
+	tb.Helper()
 	st := store.NewMemory()
 	prefix := fmt.Sprintf("%s/%p", tb.Name(), tb)
 	ts := make([]transport.Transport, w)
@@ -21,7 +27,7 @@ func tcpComms(tb testing.TB, w int, opts ...CommOption) []*Comm {
 	done := make(chan int, w)
 	for r := 0; r < w; r++ {
 		go func(r int) {
-			t, err := tcp.Connect(context.Background(), st, prefix, r, w, tcp.Options{})
+			t, err := tcp.Connect(context.Background(), st, prefix, r, w, topts)
 			if err == nil {
 				ts[r] = t
 			}

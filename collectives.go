@@ -85,7 +85,8 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 	n := len(send)
 	w := c.size
 	ws := c.workspace((w - 1) * n)
-	inputs := make([][]byte, w)
+	inputs := c.inputs()
+	defer clear(inputs) // keep no view past the call
 	for p := 0; p < w; p++ {
 		switch {
 		case p < c.rank:
@@ -95,7 +96,7 @@ func (c *Comm) allReduceGather(ctx context.Context, call agree.Call, send, recv 
 		}
 	}
 	inputs[c.rank] = send
-	if err := c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return inputs[p] }); err != nil {
+	if err := c.allGatherList(ctx, tag(phaseGather, call), send, inputs); err != nil {
 		return err
 	}
 	return c.reducer.Reduce(dt, acc, inputs, recv)
@@ -312,7 +313,7 @@ func (c *Comm) AllGather(ctx context.Context, send, recv []byte, dt DType) error
 		if c.gatherDoubling(n) {
 			return c.allGatherDoubling(ctx, tag(phaseDoubling, call), recv, n)
 		}
-		return c.allGatherBlocks(ctx, tag(phaseGather, call), send, func(p int) []byte { return recv[p*n : (p+1)*n] })
+		return c.allGatherInto(ctx, tag(phaseGather, call), send, recv, n)
 	})
 }
 
@@ -350,8 +351,35 @@ func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, dt DType, o
 		case HalvingDoubling:
 			return c.reduceScatterHalving(ctx, call, send, recv, dt, acc)
 		}
+		if alg == A2ATree {
+			return c.reduceScatterA2AOne(ctx, call, send, recv, dt, acc)
+		}
 		return c.reduceScatter(ctx, call, [][]byte{send}, [][]byte{recv}, dt, acc, alg)
 	})
+}
+
+// reduceScatterA2AOne is reduceScatterA2A for one lane, the same messages
+// and the same reduce, without the lanes' closures and slices: a small
+// ReduceScatter over TCP allocates nothing.
+func (c *Comm) reduceScatterA2AOne(ctx context.Context, call agree.Call, send, recv []byte, dt DType, acc Accumulate) error {
+	n, me := len(recv), c.rank
+	ws := c.workspace((c.size - 1) * n)
+	inputs := c.inputs()
+	defer clear(inputs) // keep no view past the call
+	for p := range inputs {
+		switch {
+		case p < me:
+			inputs[p] = ws[p*n : (p+1)*n]
+		case p > me:
+			inputs[p] = ws[(p-1)*n : p*n]
+		default:
+			inputs[p] = send[me*n : (me+1)*n]
+		}
+	}
+	if err := c.scatterList(ctx, tag(phaseA2A, call), send, n, inputs); err != nil {
+		return err
+	}
+	return c.reducer.Reduce(dt, acc, inputs, recv)
 }
 
 // reduceScatterDoubling is a recursive-doubling AllReduce of the whole
@@ -818,7 +846,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 			}
 			return err
 		}
-		return c.allGatherBlocks(ctx, tag(phaseBarrier, call), nil, func(int) []byte { return nil })
+		return c.allGatherInto(ctx, tag(phaseBarrier, call), nil, nil, 0)
 	})
 }
 
@@ -846,7 +874,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		binary.LittleEndian.PutUint64(all[16*c.rank:], uint64(int64(color)))
 		binary.LittleEndian.PutUint64(all[16*c.rank+8:], uint64(int64(key)))
 		mine := all[16*c.rank : 16*c.rank+16]
-		if err := c.allGatherBlocks(ctx, tag(phaseSplit, call), mine, func(p int) []byte { return all[16*p : 16*p+16] }); err != nil {
+		if err := c.allGatherInto(ctx, tag(phaseSplit, call), mine, all, 16); err != nil {
 			return err
 		}
 		c.splits++
@@ -884,6 +912,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		cfg := c.cfg
 		cfg.reducer = c.reducer
 		sub = &Comm{t: st, rank: st.Rank(), size: st.Size(), id: id, cfg: cfg, reducer: c.reducer, agr: newAgreement()}
+		sub.bind()
 		c.children = append(c.children, sub)
 		return nil
 	})

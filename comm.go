@@ -38,6 +38,7 @@ type Comm struct {
 	children []*Comm
 	deadline sharedDeadline // the context of calls made without one (withTimeout)
 	step     stepState      // exchange's reused context and errors (Exchanger transports)
+	bufs     stepBuffers    // the bound buffer callbacks of allGatherInto and its kin
 	scratch  [][]byte       // reducer inputs of window collectives (inputs)
 	dsteps   []tree.Step    // this rank's recursive-doubling schedule (doublingSteps)
 	noExpose bool           // every rank's transport said it cannot expose (window.go)
@@ -107,7 +108,7 @@ func New(t transport.Transport, opts ...CommOption) (*Comm, error) {
 		return nil, fmt.Errorf("detcoll: New: %w: nil transport", ErrInvalidArgument)
 	}
 	c := &Comm{t: t, rank: t.Rank(), size: t.Size(), agr: newAgreement()}
-	c.step.report = c.step.errs.report
+	c.bind()
 	c.cfg = commConfig{timeout: 5 * time.Minute, acc: AccumulateNative, gatherDoublingBytes: autoDoublingGatherBytes, exposeBytes: autoExposeBytes}
 	for _, o := range opts {
 		o(&c.cfg)
@@ -490,6 +491,13 @@ func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf 
 		x.Exchange(ctx, tg, sendBuf, recvBuf, c.step.report)
 		return st.result()
 	}
+	return c.exchangeGoroutines(ctx, tg, sendBuf, recvBuf)
+}
+
+// exchangeGoroutines is exchange with a goroutine per Send and Recv (apart,
+// so that its goroutines' captures do not move exchange's arguments to the
+// heap on the Exchanger path).
+func (c *Comm) exchangeGoroutines(ctx context.Context, tg transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st := &stepErrors{cancel: cancel}
@@ -519,6 +527,13 @@ func (c *Comm) exchange(ctx context.Context, tg transport.Tag, sendBuf, recvBuf 
 	}
 	wg.Wait()
 	return st.result()
+}
+
+// bind makes the method values that the steps hand to the transport, once
+// per communicator (New, Split).
+func (c *Comm) bind() {
+	c.step.report = c.step.errs.report
+	c.bufs.sendFn, c.bufs.recvFn = c.bufs.sendBuf, c.bufs.recvBuf
 }
 
 // stepState is what exchange reuses from step to step over an Exchanger
@@ -593,6 +608,63 @@ func (c *Comm) allGatherBlocks(ctx context.Context, tg transport.Tag, mine []byt
 	return c.exchange(ctx, tg,
 		func(int) ([]byte, bool) { return mine, true },
 		func(p int) ([]byte, bool) { return blocks(p), true })
+}
+
+// allGatherInto is allGatherBlocks where peer p's block is all[p*n,
+// (p+1)*n), allGatherList where it is blocks[p], and scatterList sends
+// send[p*n, (p+1)*n) to every peer p and receives peer p's block into
+// blocks[p] (a one-lane a2a step). Their buffer callbacks are the
+// communicator's, bound once (stepBuffers), so these steps allocate nothing
+// for them: closures handed to the transport escape through its interface,
+// and a 4 KiB collective over TCP made one to three per step.
+func (c *Comm) allGatherInto(ctx context.Context, tg transport.Tag, mine, all []byte, n int) error {
+	b := &c.bufs
+	b.mine, b.all, b.n = mine, all, n
+	return b.run(ctx, c, tg)
+}
+
+func (c *Comm) allGatherList(ctx context.Context, tg transport.Tag, mine []byte, blocks [][]byte) error {
+	b := &c.bufs
+	b.mine, b.list = mine, blocks
+	return b.run(ctx, c, tg)
+}
+
+func (c *Comm) scatterList(ctx context.Context, tg transport.Tag, send []byte, n int, blocks [][]byte) error {
+	b := &c.bufs
+	b.send, b.sn, b.list = send, n, blocks
+	return b.run(ctx, c, tg)
+}
+
+// stepBuffers holds a step's buffers for its bound callbacks (the
+// communicator's lock serialises the steps): this rank sends mine to every
+// peer, or send[p*sn, (p+1)*sn) to peer p when send is set; it receives
+// peer p's block into list[p] when list is set, else into all[p*n,
+// (p+1)*n).
+type stepBuffers struct {
+	mine, send, all []byte
+	sn, n           int
+	list            [][]byte
+	sendFn, recvFn  func(p int) ([]byte, bool) // sendBuf and recvBuf, bound once
+}
+
+func (b *stepBuffers) run(ctx context.Context, c *Comm, tg transport.Tag) error {
+	err := c.exchange(ctx, tg, b.sendFn, b.recvFn)
+	*b = stepBuffers{sendFn: b.sendFn, recvFn: b.recvFn} // keep none of the caller's buffers
+	return err
+}
+
+func (b *stepBuffers) sendBuf(p int) ([]byte, bool) {
+	if b.send != nil {
+		return b.send[p*b.sn : (p+1)*b.sn], true
+	}
+	return b.mine, true
+}
+
+func (b *stepBuffers) recvBuf(p int) ([]byte, bool) {
+	if b.list != nil {
+		return b.list[p], true
+	}
+	return b.all[p*b.n : (p+1)*b.n], true
 }
 
 // signature identifies a collective call for cross-rank validation.
@@ -696,8 +768,7 @@ func (c *Comm) agreeOn(ctx context.Context, rec *agree.Record) (agree.Call, erro
 		c.stats.SignatureExchanges++
 	}
 	return call, c.agr.Compare(c.rank, c.size, call, rec, func(mine, all []byte) error {
-		return c.allGatherBlocks(ctx, transport.Tag{Phase: phaseSig, Seq: call.Seq}, mine,
-			func(p int) []byte { return all[p*agree.ProposalSize : (p+1)*agree.ProposalSize] })
+		return c.allGatherInto(ctx, transport.Tag{Phase: phaseSig, Seq: call.Seq}, mine, all, agree.ProposalSize)
 	})
 }
 
