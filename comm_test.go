@@ -1019,7 +1019,8 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 // TestLevelAlgorithmsOverTCP: the level-by-level algorithms give the
 // oracle's bits over TCP too (Exchange's inline and goroutine paths: blocks
 // of a few bytes and of more than 64 KiB), AllReduce and ReduceScatter, at
-// W = 4, 6 and 8 (6: halving runs as a2a_tree).
+// W = 4, 6 and 8 (6: halving runs as a2a_tree), and so do gather_tree and
+// a2a_tree (the one-lane a2a ReduceScatter over the bound step callbacks).
 func TestLevelAlgorithmsOverTCP(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, w := range []int{4, 6, 8} {
@@ -1032,7 +1033,7 @@ func TestLevelAlgorithmsOverTCP(t *testing.T) {
 				}
 				full := oracle(t, dt, AccumulateNative, ins)
 				n := count * dt.Size()
-				for _, alg := range []Algorithm{RecursiveDoubling, HalvingDoubling} {
+				for _, alg := range []Algorithm{RecursiveDoubling, HalvingDoubling, GatherTree, A2ATree} {
 					ars, rss := make([][]byte, w), make([][]byte, w)
 					mustEach(t, comms, func(c *Comm) error {
 						r := c.Rank()
