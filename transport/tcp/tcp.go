@@ -146,9 +146,9 @@ func (d *direction) setConnDeadline(t time.Time) {
 // before it parks (armPending). A read that polling satisfies, which is
 // every small message between ranks that keep up, so registers nothing on
 // the caller's context: an AfterFunc is four allocations and a lock of the
-// context, and over a 4 KiB exchange at W = 2 the call ran 4–12 % faster
-// without it (docs/benchmarks/tcp-loopback.md, "No context work per
-// message").
+// context. Together with the per-call context that withTimeout no longer
+// derives, a 4 KiB collective over TCP ran 4–12 % faster
+// (docs/benchmarks/tcp-loopback.md, "No context work per message").
 func (d *direction) arm(ctx context.Context) (stop func() bool) {
 	if d.pr != nil {
 		if !d.dl.IsZero() { // an earlier callback left a past deadline
