@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -447,7 +448,19 @@ func TestTCPCallAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
-	comms := tcpCommsWith(t, 2, tcp.Options{Poll: time.Second})
+	// With one P at connect time the transport moves each step in its
+	// progress loop; with more, with inline sends and receives.
+	for _, procs := range []int{1, runtime.GOMAXPROCS(0)} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			saved := runtime.GOMAXPROCS(procs)
+			comms := tcpCommsWith(t, 2, tcp.Options{Poll: time.Second})
+			runtime.GOMAXPROCS(saved)
+			testTCPCallAllocations(t, comms)
+		})
+	}
+}
+
+func testTCPCallAllocations(t *testing.T, comms []*Comm) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sends := [][]byte{make([]byte, 4096), make([]byte, 4096)}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1022,9 +1023,22 @@ func TestRecursiveDoublingMessages(t *testing.T) {
 // W = 4, 6 and 8 (6: halving runs as a2a_tree), and so do gather_tree and
 // a2a_tree (the one-lane a2a ReduceScatter over the bound step callbacks).
 func TestLevelAlgorithmsOverTCP(t *testing.T) {
+	// With one P when connecting, every loopback connection is moved by
+	// the transport's progress loop (one goroutine per rank moves a whole
+	// step); with more, by goroutines and one receive after another.
+	for _, procs := range []int{1, runtime.GOMAXPROCS(0)} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			testLevelAlgorithmsOverTCP(t, procs)
+		})
+	}
+}
+
+func testLevelAlgorithmsOverTCP(t *testing.T, procs int) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, w := range []int{4, 6, 8} {
+		saved := runtime.GOMAXPROCS(procs)
 		comms := tcpComms(t, w)
+		runtime.GOMAXPROCS(saved)
 		for _, dt := range []DType{FP32, BF16} {
 			for _, count := range []int{0, 1, 7, 20000} { // elements per block
 				ins := make([][]byte, w)

@@ -112,7 +112,13 @@
 // threads they add compete with the peers for the cores. The non-blocking
 // reads and writes are raw system calls, so that a long copy does not hand
 // the P to another thread (docs/benchmarks/tcp-loopback.md, "Raw syscalls
-// and every message inline").
+// and every message inline"). Over loopback in a process with one P,
+// Exchange moves the step in one progress loop: it writes what each socket
+// takes and reads what each holds, peer after peer, without waiting on
+// any, and only a loop that moves nothing for the poll budget hands the
+// rest to the blocking path; with loopback send buffers of
+// LoopbackWriteBuffer this halved large exchanges ("Send buffer and one
+// progress loop").
 // Nothing is ever allocated from a length on the wire, and with a context
 // that cannot be cancelled (such as context.Background) Send and Recv
 // allocate nothing at all.
@@ -166,7 +172,9 @@
 // hosts can reach. DETCOLL_TCP_CHECKSUM=always makes Options.Checksum
 // ChecksumAlways when it is ChecksumAuto (payload checksums on loopback too).
 // DETCOLL_TCP_POLL_US supplies Options.Poll in microseconds when that is
-// zero (0: no polling).
+// zero (0: no polling). DETCOLL_TCP_SNDBUF supplies Options.WriteBuffer in
+// bytes when that is zero (0: the system's default, as on connections that
+// are not loopback; unset: LoopbackWriteBuffer on loopback).
 //
 // # Security
 //

@@ -47,8 +47,14 @@ var _ transport.Exchanger = (*Transport)(nil)
 // transport itself per small message (docs/benchmarks/tcp-lean-2026-12-01.md)
 // and the threads that compete with the peers for the cores on large ones
 // (docs/benchmarks/tcp-loopback.md, "Raw syscalls and every message
-// inline").
+// inline"). There, and where every peer is read by polling, the step runs
+// as one progress loop (exchangeProgress) instead of sends that finish in
+// goroutines and receives one after another.
 func (t *Transport) Exchange(ctx context.Context, tag transport.Tag, sendBuf, recvBuf func(p int) ([]byte, bool), report func(error)) {
+	if t.progressAll {
+		t.exchangeProgress(ctx, tag, sendBuf, recvBuf, report)
+		return
+	}
 	// wg is made only when a goroutine is needed: small exchanges allocate
 	// nothing.
 	var wg *sync.WaitGroup

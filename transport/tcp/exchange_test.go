@@ -68,14 +68,19 @@ func TestExchange(t *testing.T) {
 func testExchange(t *testing.T, remote bool) {
 	for _, w := range []int{2, 3, 5} {
 		// A 16 KiB send buffer cannot take a 256 KiB frame at once: the
-		// inline write is cut short and a goroutine finishes it. Checksummed
-		// 4 KiB chunks send every frame above 4 KiB from a goroutine.
+		// inline write is cut short and a goroutine finishes it, or the
+		// progress loop comes back to it. Checksummed 4 KiB chunks send
+		// every frame above 4 KiB from a goroutine (and the progress loop
+		// leaves their receipt to the blocking path).
 		for _, opt := range []Options{{}, {ChunkSize: 4096}, {ChunkSize: 4096, Checksum: ChecksumAlways}, {WriteBuffer: 16 << 10}} {
 			t.Run(fmt.Sprintf("W=%d/%+v", w, opt), func(t *testing.T) {
 				ts := connectGroup(t, store.NewMemory(), uniquePrefix("xchg"), w, opt)
 				defer closeAll(ts)
 				if got := ts[0].peers[1].inlineAll; got == remote {
 					t.Fatalf("peer inlineAll = %v, want %v", got, !remote)
+				}
+				if got := ts[0].progressAll; got == remote {
+					t.Fatalf("progressAll = %v, want %v (the progress loop)", got, !remote)
 				}
 				sizes := []func(int, int) int{
 					func(int, int) int { return 4096 },
@@ -86,12 +91,16 @@ func testExchange(t *testing.T, remote bool) {
 				if opt == (Options{}) {
 					sizes = append(sizes, func(int, int) int { return 600 << 10 }) // two chunks, goroutines
 				}
-				before := inlinePartial.Load()
+				before, resumed := inlinePartial.Load(), progressResumed.Load()
 				for i, size := range sizes {
 					allToAll(t, ts, transport.Tag{Phase: 4, Seq: uint64(i)}, size)
 				}
-				if opt.WriteBuffer > 0 && inlinePartial.Load() == before {
+				switch {
+				case opt.WriteBuffer == 0:
+				case remote && inlinePartial.Load() == before:
 					t.Fatal("no inline write was cut short: the finishing path went untested")
+				case !remote && progressResumed.Load() == resumed:
+					t.Fatal("the progress loop wrote every frame at once: resuming a frame went untested")
 				}
 				// Exchange and plain Send/Recv interleave on the same streams.
 				exchange(t, ts[0], ts[1], 3, pattern(5000, 9))

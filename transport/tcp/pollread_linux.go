@@ -60,6 +60,9 @@ type pollReader struct {
 	// polling: this Read is counted in pollers (from its first empty read
 	// until it parks or returns)
 	polling bool
+	// nonblock: a read that finds the socket empty returns errWouldBlock
+	// at once (Exchange's progress loop, which waits itself).
+	nonblock bool
 	// beforePark, if set, runs when the budget is spent, before the park
 	// (the receiving direction arms the call's context there).
 	beforePark func()
@@ -91,6 +94,10 @@ func (r *pollReader) read(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
+			if r.nonblock {
+				r.err = errWouldBlock
+				return true
+			}
 		default:
 			r.err = err
 			return true
@@ -143,6 +150,10 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 	}
 	return int(n), 0
 }
+
+// yieldCPU lets other processes' threads run (sched_yield), without
+// telling the scheduler: it returns at once.
+func yieldCPU() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 func (r *pollReader) donePolling() {
 	if r.polling {

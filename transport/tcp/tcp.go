@@ -40,6 +40,11 @@ type Transport struct {
 	kill   context.CancelFunc
 	parent *Transport
 
+	// progressAll: Exchange uses the progress loop (every peer inlineAll
+	// and read by polling); prog is its reusable state.
+	progressAll bool
+	prog        progressState
+
 	mu       sync.Mutex
 	children map[*Transport]struct{}
 	subSeq   map[uint64]int
@@ -373,24 +378,60 @@ func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err er
 	if n, err := io.ReadFull(d.br, d.hdr[:]); err != nil {
 		return n > 0, err
 	}
+	return d.readRest(tag, buf, frameHeaderLen)
+}
+
+// checkHeader decodes the frame header in d.hdr and checks it against the
+// tag and the length the receiver expects.
+func (d *direction) checkHeader(tag transport.Tag, want int) (frameHeader, error) {
 	h, err := decodeFrameHeader(d.hdr[:])
 	if err != nil {
-		return true, &protoError{fmt.Errorf("%w: %w", transport.ErrCorrupt, err)}
+		return h, &protoError{fmt.Errorf("%w: %w", transport.ErrCorrupt, err)}
 	}
 	if h.tag != tag {
-		return true, &protoError{&transport.TagError{Got: h.tag, Want: tag}}
+		return h, &protoError{&transport.TagError{Got: h.tag, Want: tag}}
 	}
-	if h.length != uint64(len(buf)) {
-		return true, &protoError{fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, h.length, len(buf))}
+	if h.length != uint64(want) {
+		return h, &protoError{fmt.Errorf("%w: got %d bytes, want %d", transport.ErrSizeMismatch, h.length, want)}
 	}
-	if h.flags&flagNoPayloadCRC != 0 {
-		if _, err := io.ReadFull(d.br, buf); err != nil {
+	return h, nil
+}
+
+// readRest finishes reading a frame into d.hdr and buf of which the first
+// got bytes (header first) have arrived. A frame with payload checksums
+// may have arrived past its header only when it has a single chunk
+// (progress reads no further). moved: some of the frame has arrived.
+func (d *direction) readRest(tag transport.Tag, buf []byte, got int) (moved bool, err error) {
+	if got < frameHeaderLen {
+		if n, err := io.ReadFull(d.br, d.hdr[got:]); err != nil {
+			if got+n > 0 && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return got+n > 0, err
+		}
+		got = frameHeaderLen
+	}
+	return true, d.readPayload(tag, buf, got)
+}
+
+// readPayload is readRest once the header has arrived.
+func (d *direction) readPayload(tag transport.Tag, buf []byte, got int) error {
+	h, err := d.checkHeader(tag, len(buf))
+	if err != nil {
+		return err
+	}
+	off := got - frameHeaderLen
+	if h.flags&flagNoPayloadCRC != 0 || off > 0 {
+		if _, err := io.ReadFull(d.br, buf[off:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the header came: this is mid-frame
 			}
-			return true, err
+			return err
 		}
-		return true, nil
+		if h.flags&flagNoPayloadCRC == 0 {
+			return checkSingleChunk(h, buf)
+		}
+		return nil
 	}
 	first := int(h.firstChunk())
 	want := h.crc
@@ -401,24 +442,41 @@ func (d *direction) readFrame(tag transport.Tag, buf []byte) (moved bool, err er
 				if errors.Is(err, io.EOF) {
 					err = io.ErrUnexpectedEOF
 				}
-				return true, err
+				return err
 			}
 			want = binary.LittleEndian.Uint32(d.crc[:])
 			end = min(off+1<<h.shift, len(buf))
 		}
 		got, err := d.readSum(buf[off:end])
 		if err != nil {
-			return true, err
+			return err
 		}
 		if got != want {
-			return true, &protoError{fmt.Errorf("%w: payload checksum mismatch in bytes %d…%d (%#08x, frame says %#08x)",
-				transport.ErrCorrupt, off, end, got, want)}
+			return checksumError(off, end, got, want)
 		}
 		off = end
 		if off >= len(buf) {
-			return true, nil
+			return nil
 		}
 	}
+}
+
+// singleChunk reports whether a frame with payload checksums has one chunk
+// (and so one checksum, in its header).
+func singleChunk(h frameHeader) bool { return h.firstChunk() == h.length }
+
+// checkSingleChunk checks the payload of a one-chunk frame that arrived
+// whole against the header's checksum.
+func checkSingleChunk(h frameHeader, buf []byte) error {
+	if got := crc32c(buf); got != h.crc {
+		return checksumError(0, len(buf), got, h.crc)
+	}
+	return nil
+}
+
+func checksumError(off, end int, got, want uint32) error {
+	return &protoError{fmt.Errorf("%w: payload checksum mismatch in bytes %d…%d (%#08x, frame says %#08x)",
+		transport.ErrCorrupt, off, end, got, want)}
 }
 
 // classify turns the error of a call on p into the error it returns, and

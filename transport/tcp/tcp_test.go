@@ -349,60 +349,95 @@ func TestRecvRejectsBadFrames(t *testing.T) {
 		{name: "short header", wire: header(7, 100, 0, 0)[:10], close: true, size: 100, want: transport.ErrPeerClosed},
 		{name: "short payload", wire: chunkedFrame(7, p10k, 12, -1)[:6000], close: true, size: 10000, want: transport.ErrPeerClosed},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tr, raw := rawPeer(t, Options{})
-			if _, err := raw.Write(tc.wire); err != nil {
-				t.Fatal(err)
-			}
-			if tc.close {
-				raw.Close()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			start := time.Now()
-			err := tr.Recv(ctx, 1, tg(7), make([]byte, tc.size))
-			runtime.ReadMemStats(&after)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("want %v, got %v", tc.want, err)
-			}
-			if d := time.Since(start); d > 2*time.Second {
-				t.Fatalf("error took %v", d)
-			}
-			var te *transport.Error
-			if !errors.As(err, &te) || te.Op != "recv" || te.Rank != 0 || te.Peer != 1 {
-				t.Fatalf("error %#v lacks op/rank/peer", err)
-			}
-			if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
-				t.Fatalf("a bad frame made Recv allocate %d bytes", grew)
-			}
-			// The stream is out of step: later calls fail at once, and the
-			// raw peer sees the connection closed.
-			err = tr.Recv(ctx, 1, tg(7), make([]byte, tc.size))
-			if !errors.Is(err, ErrBroken) {
-				t.Fatalf("second recv: want ErrBroken, got %v", err)
-			}
-			// A tag or size mismatch breaks only the incoming stream: sends
-			// stay in step until the connection closes (mismatchLinger), so
-			// the peer can read what this rank sent and see the mismatch too.
-			// A corrupt frame breaks both directions at once.
-			err = tr.Send(ctx, 1, tg(7), nil)
-			if errors.Is(tc.want, transport.ErrTagMismatch) || errors.Is(tc.want, transport.ErrSizeMismatch) {
-				if err != nil {
-					t.Fatalf("send after a mismatch: want it to work during the linger, got %v", err)
-				}
-			} else if !errors.Is(err, ErrBroken) {
-				t.Fatalf("send after a bad frame: want ErrBroken, got %v", err)
-			}
-			if !tc.close {
-				raw.SetReadDeadline(time.Now().Add(2 * time.Second))
-				if _, err := io.Copy(io.Discard, raw); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
-					t.Fatalf("raw peer: %v", err)
-				}
-			}
-		})
+	// Through Recv, and through Exchange's progress loop (which reads the
+	// header and payload itself and leaves a frame of several checksummed
+	// chunks to readRest).
+	saved := inlineAllFor
+	defer func() { inlineAllFor = saved }()
+	for _, via := range []string{"Recv", "Exchange"} {
+		for _, tc := range cases {
+			t.Run(via+"/"+tc.name, func(t *testing.T) {
+				inlineAllFor = func(*net.TCPConn) bool { return via == "Exchange" }
+				testBadFrame(t, via, tc.wire, tc.close, tc.size, tc.want)
+			})
+		}
+	}
+}
+
+// recvOne receives one frame from peer 1 with Recv, or with an Exchange
+// that only receives.
+func recvOne(ctx context.Context, tr *Transport, via string, tag transport.Tag, buf []byte) error {
+	if via == "Recv" {
+		return tr.Recv(ctx, 1, tag, buf)
+	}
+	var errs []error
+	tr.Exchange(ctx, tag,
+		func(int) ([]byte, bool) { return nil, false },
+		func(int) ([]byte, bool) { return buf, true },
+		func(err error) { errs = append(errs, err) })
+	if len(errs) > 1 {
+		return fmt.Errorf("Exchange reported %d errors for one receive: %v", len(errs), errs)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
+}
+
+func testBadFrame(t *testing.T, via string, wire []byte, closeRaw bool, size int, want error) {
+	tr, raw := rawPeer(t, Options{})
+	if got := tr.progressAll; got != (via == "Exchange") {
+		t.Fatalf("progressAll = %v", got)
+	}
+	if _, err := raw.Write(wire); err != nil {
+		t.Fatal(err)
+	}
+	if closeRaw {
+		raw.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	err := recvOne(ctx, tr, via, tg(7), make([]byte, size))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, want) {
+		t.Fatalf("want %v, got %v", want, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("error took %v", d)
+	}
+	var te *transport.Error
+	if !errors.As(err, &te) || te.Op != "recv" || te.Rank != 0 || te.Peer != 1 {
+		t.Fatalf("error %#v lacks op/rank/peer", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("a bad frame made Recv allocate %d bytes", grew)
+	}
+	// The stream is out of step: later calls fail at once, and the
+	// raw peer sees the connection closed.
+	err = recvOne(ctx, tr, via, tg(7), make([]byte, size))
+	if !errors.Is(err, ErrBroken) {
+		t.Fatalf("second recv: want ErrBroken, got %v", err)
+	}
+	// A tag or size mismatch breaks only the incoming stream: sends
+	// stay in step until the connection closes (mismatchLinger), so
+	// the peer can read what this rank sent and see the mismatch too.
+	// A corrupt frame breaks both directions at once.
+	err = tr.Send(ctx, 1, tg(7), nil)
+	if errors.Is(want, transport.ErrTagMismatch) || errors.Is(want, transport.ErrSizeMismatch) {
+		if err != nil {
+			t.Fatalf("send after a mismatch: want it to work during the linger, got %v", err)
+		}
+	} else if !errors.Is(err, ErrBroken) {
+		t.Fatalf("send after a bad frame: want ErrBroken, got %v", err)
+	}
+	if !closeRaw {
+		raw.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.Copy(io.Discard, raw); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("raw peer: %v", err)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 // two processes exchange N bytes each way over loopback TCP, ITERS times.
 // mode 0: nonblocking progress loop, write pieces of P bytes, read whatever (MPI-like)
 // mode 1: writer thread (blocking write of all) + reader in main (blocking reads)
+// SNDBUF / RCVBUF in the environment set SO_SNDBUF / SO_RCVBUF (bytes) on both ends.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,7 @@ int main(int argc,char**argv){
   int one=1; setsockopt(ls,SOL_SOCKET,SO_REUSEADDR,&one,4); bind(ls,(void*)&a,sizeof a); listen(ls,1); socklen_t l=sizeof a; getsockname(ls,(void*)&a,&l);
   pid_t pid=fork(); int me;
   if(pid==0){fd=socket(AF_INET,SOCK_STREAM,0); if(connect(fd,(void*)&a,sizeof a)){perror("c");exit(1);} me=1;} else {fd=accept(ls,0,0); me=0;}
-  setsockopt(fd,IPPROTO_TCP,TCP_NODELAY,&one,4);
+  setsockopt(fd,IPPROTO_TCP,TCP_NODELAY,&one,4); if(getenv("SNDBUF")){int s=atoi(getenv("SNDBUF"));setsockopt(fd,SOL_SOCKET,SO_SNDBUF,&s,4);} if(getenv("RCVBUF")){int s=atoi(getenv("RCVBUF"));setsockopt(fd,SOL_SOCKET,SO_RCVBUF,&s,4);}
   sbuf=malloc(N); rbuf=malloc(N); memset(sbuf,me,N); memset(rbuf,0,N);
   if(mode!=1) fcntl(fd,F_SETFL,O_NONBLOCK);
   double *t=malloc(sizeof(double)*iters);
