@@ -154,6 +154,31 @@ func segmentName(prefix string) (string, error) {
 	return filepath.Join(shmDir, fmt.Sprintf("detcoll-%08x-%x", h.Sum32(), rnd)), nil
 }
 
+// shmFree is how many bytes shmDir's file system has free for this user,
+// or -1 when it cannot tell.
+func shmFree() int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(shmDir, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}
+
+// fitWindow halves a window slot enlarged for oversubscription, down to
+// DefaultWindowBytes, until a segment of size ranks takes at most half of
+// free bytes (free < 0: unknown, left as it is). A container's /dev/shm
+// is often small (64 MiB in Docker by default); a segment that does not fit
+// would cost the job its shared-memory transport.
+func fitWindow(size, ringBytes, winBytes int, free int64) int {
+	if free < 0 {
+		return winBytes
+	}
+	for winBytes > DefaultWindowBytes && int64(newLayout(size, ringBytes, winBytes).total) > free/2 {
+		winBytes /= 2
+	}
+	return winBytes
+}
+
 // createSegment creates, sizes and maps a new segment and writes its header.
 func createSegment(prefix string, size, ringBytes, winBytes int) (*segment, error) {
 	name, err := segmentName(prefix)

@@ -166,7 +166,7 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	case rank < 0 || rank >= size:
 		return nil, failc(fmt.Errorf("shm: invalid rank %d for a group of %d", rank, size))
 	}
-	opt = opt.withDefaults(size)
+	opt = opt.withDefaults(size, runtime.NumCPU())
 	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: runtime.NumCPU(),
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
 	t.win.relSeen = make([]uint64, size)
@@ -245,7 +245,11 @@ func (t *Transport) shareSegment(ctx context.Context) (seg *segment, mine, err e
 
 // createAndPublish is rank 0's part of shareSegment.
 func (t *Transport) createAndPublish(ctx context.Context) (seg *segment, mine, err error) {
-	seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes, t.opt.WindowBytes)
+	win := t.opt.WindowBytes
+	if t.opt.winFit {
+		win = fitWindow(t.size, t.opt.RingBytes, win, shmFree())
+	}
+	seg, mine = createSegment(t.prefix, t.size, t.opt.RingBytes, win)
 	v := "err " + fmt.Sprint(mine)
 	if mine == nil {
 		v = "ok " + seg.name

@@ -207,15 +207,67 @@ func TestInvalidArguments(t *testing.T) {
 }
 
 func TestOptionsDefaults(t *testing.T) {
-	o := Options{}.withDefaults(4)
-	if o.RingBytes != DefaultRingBytes || o.DirectBytes != DefaultDirectBytes || o.ConnectTimeout != DefaultConnectTimeout {
+	o := Options{}.withDefaults(4, 4)
+	if o.RingBytes != DefaultRingBytes || o.DirectBytes != DefaultDirectBytes || o.ConnectTimeout != DefaultConnectTimeout ||
+		o.WindowBytes != DefaultWindowBytes || o.winFit {
 		t.Fatalf("defaults %+v", o)
 	}
-	if o := (Options{}).withDefaults(64); 64*63*o.RingBytes > maxSegmentBytes || o.RingBytes < minRingBytes {
+	if o := (Options{}).withDefaults(64, 64); 64*63*o.RingBytes > maxSegmentBytes || o.RingBytes < minRingBytes {
 		t.Fatalf("W=64 ring %d", o.RingBytes)
 	}
-	if o := (Options{RingBytes: 100 << 10}).withDefaults(2); o.RingBytes != 64<<10 {
+	if o := (Options{RingBytes: 100 << 10}).withDefaults(2, 2); o.RingBytes != 64<<10 {
 		t.Fatalf("100 KiB rounds to %d", o.RingBytes)
+	}
+	// More ranks than CPUs: the larger slot, fitted later; still within
+	// maxWindowTotal for a large group; an explicit size is kept as it is.
+	if o := (Options{}).withDefaults(4, 2); o.WindowBytes != OversubscribedWindowBytes || !o.winFit {
+		t.Fatalf("W=4 on 2 CPUs: window %d, fit %v", o.WindowBytes, o.winFit)
+	}
+	if o := (Options{}).withDefaults(64, 2); 64*winSlots*o.WindowBytes > maxWindowTotal {
+		t.Fatalf("W=64 on 2 CPUs: window %d", o.WindowBytes)
+	}
+	if o := (Options{WindowBytes: 2 << 20}).withDefaults(4, 2); o.WindowBytes != 2<<20 || o.winFit {
+		t.Fatalf("an explicit window on 2 CPUs: %d, fit %v", o.WindowBytes, o.winFit)
+	}
+}
+
+// TestFitWindow: an enlarged slot shrinks until the segment takes at most
+// half of /dev/shm's free space, never below DefaultWindowBytes, and
+// stays when the free space is unknown.
+func TestFitWindow(t *testing.T) {
+	const ring = DefaultRingBytes
+	total := func(w int) int64 { return int64(newLayout(4, ring, w).total) }
+	for _, tc := range []struct {
+		free int64
+		want int
+	}{
+		{-1, OversubscribedWindowBytes},
+		{1 << 40, OversubscribedWindowBytes},
+		{2 * total(OversubscribedWindowBytes), OversubscribedWindowBytes},
+		{2*total(OversubscribedWindowBytes) - 1, OversubscribedWindowBytes / 2},
+		{64 << 20, DefaultWindowBytes * 2}, // Docker's default /dev/shm
+		{1 << 20, DefaultWindowBytes},
+	} {
+		if got := fitWindow(4, ring, OversubscribedWindowBytes, tc.free); got != tc.want {
+			t.Errorf("free %d: window %d, want %d", tc.free, got, tc.want)
+		}
+	}
+}
+
+// TestOversubscribedWindow: a group of more ranks than CPUs gets the
+// larger slot (this host has plenty of /dev/shm), and every rank reads
+// the size rank 0 chose from the segment.
+func TestOversubscribedWindow(t *testing.T) {
+	if free := shmFree(); free >= 0 && free < 1<<30 {
+		t.Skipf("/dev/shm has %d bytes free; the fit would shrink the slot", free)
+	}
+	w := runtime.NumCPU() + 1
+	ts := connectGroup(t, store.NewMemory(), uniquePrefix("oversub"), w, Options{})
+	defer closeAll(ts)
+	for _, tr := range ts {
+		if got := tr.WindowBytes(); got != OversubscribedWindowBytes {
+			t.Fatalf("rank %d: window slot %d, want %d", tr.Rank(), got, OversubscribedWindowBytes)
+		}
 	}
 }
 
