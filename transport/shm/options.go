@@ -36,6 +36,14 @@ const (
 	maxWindowTotal        = 512 << 20
 )
 
+// Layout constants Options needs on every platform (Options.withDefaults
+// sizes the window): pageSize rounds the segment's parts, and winSlots is
+// how many slots a rank's window has.
+const (
+	pageSize = 4096
+	winSlots = 2
+)
+
 // Options tune Connect. The zero value is ready to use.
 type Options struct {
 	// RingBytes is the size of each ring (one per ordered pair of ranks),

@@ -25,7 +25,6 @@ import (
 const (
 	segMagic   = 0x31_4d_53_63_64 // "dcSM1"
 	segVersion = 5                // 5: a window slot's header is its publication (number stored last, release count)
-	pageSize   = 4096
 	ctlBytes   = 256
 )
 

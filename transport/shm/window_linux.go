@@ -42,9 +42,6 @@ import (
 // the peers' caches for the shared last level, where a store takes them at
 // once (docs/shm.md, "Rotating offsets in the slots").
 
-// winSlots is how many slots a rank's window has.
-const winSlots = 2
-
 // rotateSpan bounds the bytes of a slot that publications rotate over, so
 // that a large window does not spread small messages over more memory than
 // the caches hold.
