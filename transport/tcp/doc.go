@@ -117,8 +117,8 @@
 // takes and reads what each holds, peer after peer, without waiting on
 // any, and only a loop that moves nothing for the poll budget hands the
 // rest to the blocking path; with loopback send buffers of
-// LoopbackWriteBuffer this halved large exchanges ("Send buffer and one
-// progress loop").
+// LoopbackWriteBuffer this took 30–40 % off large exchanges ("Send buffer
+// and one progress loop").
 // Nothing is ever allocated from a length on the wire, and with a context
 // that cannot be cancelled (such as context.Background) Send and Recv
 // allocate nothing at all.
