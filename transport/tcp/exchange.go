@@ -122,8 +122,9 @@ func (t *Transport) sendAsync(ctx context.Context, peer int, tag transport.Tag, 
 	return wg
 }
 
-// inlinePartial counts frames whose inline write the socket cut short (for
-// tests: the goroutine that finishes them is the rare path).
+// inlinePartial counts frames whose first write the socket cut short, inline
+// or in the progress loop, and that a goroutine finished (for tests: the
+// rare path).
 var inlinePartial atomic.Int64
 
 // sendStart sends buf to peer: a small frame inline when the socket takes

@@ -130,6 +130,9 @@ func (t *Transport) exchangeProgress(ctx context.Context, tag transport.Tag, sen
 	}
 	for i := range sends {
 		if s := &sends[i]; s.p != nil {
+			if s.n > 0 {
+				inlinePartial.Add(1)
+			}
 			wg = t.finishSend(ctx, s.p, s.buf, s.n, wg, report)
 		}
 	}
