@@ -108,6 +108,12 @@ type Config struct {
 	// DefaultMonitorInterval.
 	MonitorInterval time.Duration
 
+	// BindTo binds workers to this node's CPUs (the launcher's own):
+	// BindAuto ("") when they outnumber the CPUs, BindCore always (an error where binding is unsupported),
+	// BindNone never. Bound workers get EnvNodeCPUs (docs/launcher.md,
+	// "CPU binding").
+	BindTo Binding
+
 	// LogDir receives LogDir/RdzvID/attempt_N/LOCAL_RANK/{stdout,stderr}.log
 	// for the streams in Redirects (file only) and Tee (file and console).
 	// Empty with Redirects or Tee set means a new temporary directory.
@@ -283,6 +289,8 @@ func (c *Config) checkFields() error {
 		return invalidConfig("MonitorInterval (--monitor-interval)=%v is negative", c.MonitorInterval)
 	case c.MaxRestarts < 0:
 		return invalidConfig("MaxRestarts (--max-restarts)=%d is negative", c.MaxRestarts)
+	case !validBinding(c.BindTo):
+		return invalidConfig("BindTo (--bind-to)=%q is not auto, none or core", c.BindTo)
 	case c.RdzvBackend != "static" && c.RdzvBackend != "c10d":
 		return invalidConfig("RdzvBackend (--rdzv-backend)=%q is not static or c10d", c.RdzvBackend)
 	case c.Standalone && c.Nnodes != 1:

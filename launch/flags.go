@@ -214,6 +214,12 @@ var launchFlags = []flagSpec{
 	{name: "local-ranks-filter", env: []string{"DETCOLL_LOCAL_RANKS_FILTER", "PET_LOCAL_RANKS_FILTER"}, arg: "LR,…",
 		help: "show only these local ranks' output on the console (log files keep all)",
 		set:  func(o *cliOpts, v string) error { o.filters = v; return nil }},
+	{name: "bind-to", env: []string{EnvBindTo}, arg: "auto|none|core",
+		help: "bind workers to this node's CPUs: core gives each its share (round robin when they outnumber the CPUs), none leaves it to the kernel, auto (default) binds when the workers outnumber the CPUs",
+		set: func(o *cliOpts, v string) (err error) {
+			o.cfg.BindTo, err = parseBinding(v)
+			return err
+		}},
 	{name: "local-addr", env: []string{tcpHostEnv, "PET_LOCAL_ADDR"}, arg: "IP",
 		help: "address this node's workers listen on and advertise (" + tcpHostEnv + "); default: the interface that routes to --master-addr",
 		set:  func(o *cliOpts, v string) error { o.cfg.TCPHost = v; return nil }},

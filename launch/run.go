@@ -50,6 +50,10 @@ type job struct {
 	attempt   int    // restart count: failure restarts and regroups (TORCHELASTIC_RESTART_COUNT)
 	failures  int    // failure restarts, counted against MaxRestarts (regroups are not)
 	logRoot   string // LogDir/RdzvID, when logs are written
+	// cpus: the CPUs this attempt's workers are bound among (bindPlan);
+	// boundThread: the starting thread's own mask could not be put back.
+	cpus        []int
+	boundThread bool
 }
 
 func (j *job) run(ctx context.Context) error {

@@ -55,10 +55,14 @@ func (j *job) startPinned() (int, func(), error) {
 	release := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		n, err := j.startAll()
 		started <- startResult{n, err}
 		<-release
+		if !j.boundThread {
+			// A thread still bound to a worker's CPUs exits with this
+			// goroutine instead of running others.
+			runtime.UnlockOSThread()
+		}
 	}()
 	res := <-started
 	return res.n, func() { close(release) }, res.err

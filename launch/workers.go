@@ -59,6 +59,11 @@ func (ev exitEvent) failed() bool { return ev.state == nil || !ev.state.Success(
 // startAll starts every worker; on error it returns how many started.
 func (j *job) startAll() (int, error) {
 	c := &j.cfg
+	cpus, err := j.bindPlan()
+	if err != nil {
+		return 0, &StartError{Rank: c.NodeRank * c.NprocPerNode, Err: err}
+	}
+	j.cpus = cpus
 	for local := range c.NprocPerNode {
 		rank := c.NodeRank*c.NprocPerNode + local
 		w, err := j.start(rank, local)
@@ -99,7 +104,7 @@ func (j *job) start(rank, local int) (*worker, error) {
 	cmd.Env = j.workerEnv(rank, local, drawn)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
+	err = j.startCmd(cmd, local)
 	outW.Close() // the worker has its copies
 	errW.Close()
 	if err != nil {
@@ -270,6 +275,9 @@ func (j *job) workerEnv(rank, local int, drawn bool) []string {
 	// (docs/launcher.md, "GOMAXPROCS").
 	if !has["GOMAXPROCS"] && c.NprocPerNode > 1 && (j.nnodes > 1 || envValue(env, transportEnv) == "tcp") {
 		env = append(env, "GOMAXPROCS="+itoa(goMaxProcsShare(c.NprocPerNode)))
+	}
+	if !has[EnvNodeCPUs] && j.cpus != nil {
+		env = append(env, EnvNodeCPUs+"="+itoa(len(j.cpus)))
 	}
 	for _, k := range []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"} {
 		if !has[k] {

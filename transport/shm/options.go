@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +91,27 @@ const (
 	EnvDirectBytes = "DETCOLL_SHM_DIRECT_BYTES"
 	EnvWindowBytes = "DETCOLL_SHM_WINDOW_BYTES"
 )
+
+// EnvNodeCPUs names the number of CPUs that this node's ranks share, set by
+// a launcher that binds each rank to some of them (detcoll launch
+// --bind-to): a bound rank's runtime.NumCPU() counts only its own CPUs, but
+// whether ranks may spin, and how large the window slots are, depends on
+// whether the group fits the CPUs they share. Unset: runtime.NumCPU().
+const EnvNodeCPUs = "DETCOLL_NODE_CPUS"
+
+// nodeCPUs is $DETCOLL_NODE_CPUS, or runtime.NumCPU() when it is unset; an
+// error when it is set to anything but a positive whole number.
+func nodeCPUs() (int, error) {
+	v, ok := os.LookupEnv(EnvNodeCPUs)
+	if !ok {
+		return runtime.NumCPU(), nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("shm: %s=%q: want a whole number of CPUs ≥ 1", EnvNodeCPUs, v)
+	}
+	return n, nil
+}
 
 func envInt(name string) int {
 	v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name)))

@@ -406,6 +406,6 @@ func (t *Transport) Recv(ctx context.Context, peer int, tag transport.Tag, buf [
 // it costs nothing measurable and the waits without it were slower (W = 2,
 // 4 KiB ReduceScatter 1.9 → 3.5 µs, median of 10). docs/shm.md, "Gosched
 // in the waits".
-func goschedWaits(size int) bool {
-	return runtime.GOMAXPROCS(0) == 1 || size <= runtime.NumCPU()
+func goschedWaits(size, cpus int) bool {
+	return runtime.GOMAXPROCS(0) == 1 || size <= cpus
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,7 +110,7 @@ type Transport struct {
 
 	win    window      // the collective staging window (window_linux.go)
 	exp    exposure    // the exposed buffers (expose_linux.go)
-	cpus   int         // runtime.NumCPU() at Connect (tests raise it)
+	cpus   int         // nodeCPUs() at Connect (tests raise it)
 	leaked atomic.Bool // Close left the segment mapped (views never released)
 
 	mu       sync.Mutex
@@ -166,17 +165,21 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 	case rank < 0 || rank >= size:
 		return nil, failc(fmt.Errorf("shm: invalid rank %d for a group of %d", rank, size))
 	}
-	opt = opt.withDefaults(size, runtime.NumCPU())
-	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: runtime.NumCPU(),
+	cpus, err := nodeCPUs()
+	if err != nil {
+		return nil, failc(err)
+	}
+	opt = opt.withDefaults(size, cpus)
+	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: cpus,
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
 	t.win.relSeen = make([]uint64, size)
 	if size == 1 {
 		return t, nil
 	}
-	if size <= runtime.NumCPU() {
+	if size <= cpus {
 		t.spin = int64(busySpin)
 	}
-	t.gosched = goschedWaits(size)
+	t.gosched = goschedWaits(size, cpus)
 	ctx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
 	defer cancel()
 	if err := t.setup(ctx); err != nil {

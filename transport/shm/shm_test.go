@@ -271,6 +271,50 @@ func TestOversubscribedWindow(t *testing.T) {
 	}
 }
 
+// TestNodeCPUs: a rank bound to fewer CPUs than its group shares (detcoll
+// launch --bind-to) sizes its waits and window by $DETCOLL_NODE_CPUS, not by
+// its own affinity; a malformed value fails Connect naming the variable.
+func TestNodeCPUs(t *testing.T) {
+	if free := shmFree(); free >= 0 && free < 1<<30 {
+		t.Skipf("/dev/shm has %d bytes free; the fit would shrink the slot", free)
+	}
+	for _, c := range []struct {
+		cpus       string
+		spin       bool
+		windowSlot int
+	}{
+		{"3", true, DefaultWindowBytes},         // W = 3 fits
+		{"2", false, OversubscribedWindowBytes}, // W = 3 does not
+		{" 64 ", true, DefaultWindowBytes},      // spaces are trimmed
+		{"1", false, OversubscribedWindowBytes},
+	} {
+		t.Setenv(EnvNodeCPUs, c.cpus)
+		ts := connectGroup(t, store.NewMemory(), uniquePrefix("nodecpus"), 3, Options{})
+		for _, tr := range ts {
+			if got := tr.spin != 0; got != c.spin {
+				t.Errorf("%s=%q: rank %d spins = %v, want %v", EnvNodeCPUs, c.cpus, tr.Rank(), got, c.spin)
+			}
+			if got := tr.WindowBytes(); got != c.windowSlot {
+				t.Errorf("%s=%q: rank %d window slot %d, want %d", EnvNodeCPUs, c.cpus, tr.Rank(), got, c.windowSlot)
+			}
+		}
+		closeAll(ts)
+	}
+	for _, bad := range []string{"", "0", "-2", "two", "1.5"} {
+		t.Setenv(EnvNodeCPUs, bad)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tr, err := Connect(ctx, store.NewMemory(), uniquePrefix("nodecpus"), 0, 2, Options{})
+		cancel()
+		if err == nil {
+			tr.Close()
+			t.Fatalf("%s=%q: Connect succeeded", EnvNodeCPUs, bad)
+		}
+		if !strings.Contains(err.Error(), EnvNodeCPUs) {
+			t.Errorf("%s=%q: error %q does not name the variable", EnvNodeCPUs, bad, err)
+		}
+	}
+}
+
 // TestStreamsLargerThanRing moves messages of many sizes, around and far
 // beyond the ring, in both directions at once, with and without direct
 // copies, and checks every byte.
@@ -666,7 +710,7 @@ func TestGoschedWaits(t *testing.T) {
 		{4, 4 * cpus, false},
 	} {
 		runtime.GOMAXPROCS(c.procs)
-		if got := goschedWaits(c.size); got != c.want {
+		if got := goschedWaits(c.size, cpus); got != c.want {
 			t.Errorf("GOMAXPROCS=%d W=%d (%d CPUs): goschedWaits = %v, want %v", c.procs, c.size, cpus, got, c.want)
 		}
 	}

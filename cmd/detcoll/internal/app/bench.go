@@ -380,7 +380,7 @@ func spawn(ctx context.Context, o BenchOptions) error {
 	con := newConsole(o.Stdout, o.Stderr)
 	defer con.finish()
 	cfg := launch.Config{NprocPerNode: o.NprocPerNode, Standalone: true, Cmd: append([]string{self}, o.Args...),
-		Stdout: con.stdout(), Stderr: con.stderr()}
+		Stdout: con.stdout(), Stderr: con.stderr(), BindTo: launch.Binding(os.Getenv(launch.EnvBindTo))}
 	if con.bar {
 		cfg.Env = append(os.Environ(), envProgress+"=1")
 	}
