@@ -24,8 +24,9 @@ const (
 	BindNone Binding = "none"
 	// BindCore gives each worker its own share of the CPUs: local rank l of
 	// P workers on n CPUs gets CPUs l·n/P … (l+1)·n/P − 1 when P ≤ n, and
-	// CPU l mod n when P > n (Open MPI's --bind-to core; oversubscribed,
-	// round robin).
+	// one CPU when P > n: the one least used by the workers of other jobs
+	// bound on this host, ties to the lower CPU, so a job alone is bound
+	// round robin (Open MPI's --bind-to core with oversubscription).
 	BindCore Binding = "core"
 )
 
@@ -37,8 +38,9 @@ const EnvBindTo = "DETCOLL_BIND_TO"
 // its ranks wait), since its own affinity shows only its share.
 const EnvNodeCPUs = "DETCOLL_NODE_CPUS"
 
-// parseBinding reads a --bind-to value.
-func parseBinding(v string) (Binding, error) {
+// ParseBinding reads a --bind-to value (DETCOLL_BIND_TO): auto (or empty),
+// none or core, in any case.
+func ParseBinding(v string) (Binding, error) {
 	switch b := Binding(strings.ToLower(strings.TrimSpace(v))); b {
 	case "", BindAuto:
 		return BindAuto, nil
@@ -49,14 +51,14 @@ func parseBinding(v string) (Binding, error) {
 }
 
 func validBinding(b Binding) bool {
-	_, err := parseBinding(string(b))
+	_, err := ParseBinding(string(b))
 	return err == nil
 }
 
 // binds reports whether b binds nproc workers on a node whose launcher may
 // run on cpus CPUs.
 func (b Binding) binds(nproc, cpus int) bool {
-	switch b, _ = parseBinding(string(b)); b {
+	switch b, _ = ParseBinding(string(b)); b {
 	case BindCore:
 		return cpus > 0
 	case BindNone:
@@ -78,7 +80,7 @@ func workerCPUs(allowed []int, nproc, local int) []int {
 // bindPlan is the CPUs this attempt's workers are bound among (the
 // launcher's, ascending), or nil when they are not bound.
 func (j *job) bindPlan() ([]int, error) {
-	b, _ := parseBinding(string(j.cfg.BindTo))
+	b, _ := ParseBinding(string(j.cfg.BindTo))
 	allowed, err := allowedCPUs()
 	switch {
 	case err != nil && b == BindCore:
@@ -89,6 +91,34 @@ func (j *job) bindPlan() ([]int, error) {
 	return allowed, nil
 }
 
+// assignCPUs sets j.assign, each local rank's CPUs among j.cpus: blocks
+// when the workers fit (workerCPUs), and one CPU each, the least claimed by
+// other jobs on this host first (claims_linux.go), when they outnumber the
+// CPUs.
+func (j *job) assignCPUs() {
+	nproc := j.cfg.NprocPerNode
+	j.assign = make([][]int, nproc)
+	if nproc <= len(j.cpus) {
+		for l := range nproc {
+			j.assign[l] = workerCPUs(j.cpus, nproc, l)
+		}
+		return
+	}
+	if j.claims == nil {
+		j.claims = newClaimer()
+	}
+	for l, c := range j.claims.claim(j.cpus, nproc) {
+		j.assign[l] = []int{c}
+	}
+}
+
+// releaseCPUs gives back the job's CPU claims.
+func (j *job) releaseCPUs() {
+	if j.claims != nil {
+		j.claims.release()
+	}
+}
+
 // startCmd starts cmd, bound to local rank local's CPUs when the attempt
 // binds (j.cpus). The calling goroutine is locked to its thread
 // (startPinned): the worker inherits the thread's mask, which is then put
@@ -97,7 +127,7 @@ func (j *job) startCmd(cmd *exec.Cmd, local int) error {
 	if j.cpus == nil {
 		return cmd.Start()
 	}
-	restore, err := bindThread(workerCPUs(j.cpus, j.cfg.NprocPerNode, local))
+	restore, err := bindThread(j.assign[local])
 	if err != nil {
 		return err
 	}

@@ -217,7 +217,7 @@ var launchFlags = []flagSpec{
 	{name: "bind-to", env: []string{EnvBindTo}, arg: "auto|none|core",
 		help: "bind workers to this node's CPUs: core gives each its share (round robin when they outnumber the CPUs), none leaves it to the kernel, auto (default) binds when the workers outnumber the CPUs",
 		set: func(o *cliOpts, v string) (err error) {
-			o.cfg.BindTo, err = parseBinding(v)
+			o.cfg.BindTo, err = ParseBinding(v)
 			return err
 		}},
 	{name: "local-addr", env: []string{tcpHostEnv, "PET_LOCAL_ADDR"}, arg: "IP",

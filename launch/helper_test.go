@@ -63,6 +63,13 @@ func helper(mode string) int {
 		fmt.Printf("FromEnv=%+v err=%v\n", env, err)
 		return 0
 
+	case "affinity":
+		// The CPUs this worker may run on, and DETCOLL_NODE_CPUS.
+		cpus, err := allowedCPUs()
+		v, ok := os.LookupEnv(EnvNodeCPUs)
+		fmt.Printf("cpus=%v err=%v node=%s set=%v\n", cpus, err, v, ok)
+		return 0
+
 	case "fail":
 		// LAUNCH_FAIL_RANK prints lines, then exits LAUNCH_FAIL_CODE (or
 		// kills itself with LAUNCH_FAIL_SIGNAL); the others sleep, ignoring

@@ -21,6 +21,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	j := &job{cfg: c, nnodes: c.Nnodes, world: c.Nnodes * c.NprocPerNode, token: c.Token}
+	defer j.releaseCPUs()
 	return j.run(ctx)
 }
 
@@ -54,6 +55,8 @@ type job struct {
 	// boundThread: the starting thread's own mask could not be put back.
 	cpus        []int
 	boundThread bool
+	assign      [][]int  // each local rank's CPUs (assignCPUs)
+	claims      *claimer // this job's claims on oversubscribed CPUs
 }
 
 func (j *job) run(ctx context.Context) error {

@@ -64,6 +64,9 @@ func (j *job) startAll() (int, error) {
 		return 0, &StartError{Rank: c.NodeRank * c.NprocPerNode, Err: err}
 	}
 	j.cpus = cpus
+	if cpus != nil {
+		j.assignCPUs()
+	}
 	for local := range c.NprocPerNode {
 		rank := c.NodeRank*c.NprocPerNode + local
 		w, err := j.start(rank, local)

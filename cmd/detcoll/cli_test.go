@@ -79,6 +79,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"iterations env", []string{"DETCOLL_ITERATIONS=abc"}, nil, `DETCOLL_ITERATIONS: "abc" is not an integer`},
 		{"seed env", []string{"DETCOLL_SEED=x"}, nil, `DETCOLL_SEED: "x" is not an unsigned integer`},
 		{"timeout env", []string{"DETCOLL_TIMEOUT=soon"}, nil, `DETCOLL_TIMEOUT: "soon" is not a positive duration`},
+		{"binding env", []string{"DETCOLL_BIND_TO=socket"}, nil, `DETCOLL_BIND_TO: "socket" is not auto, none or core`},
 		{"init timeout env", []string{"DETCOLL_INIT_TIMEOUT=0s"}, nil, `DETCOLL_INIT_TIMEOUT: "0s" is not a positive duration`},
 		{"init timeout", nil, []string{"--init-timeout", "-1s"}, "--init-timeout: -1s is not positive"},
 		{"graph on cpu", nil, []string{"--graph"}, "--graph: CUDA graphs need a GPU device"},

@@ -59,7 +59,9 @@
 // A waiter spins briefly, then yields, then sleeps on a futex word of the
 // ring (FUTEX_WAIT on shared memory, with a timeout); the other side wakes it
 // only when its waiting flag is set. So ranks oversubscribing the cores
-// (more ranks than cores) sleep instead of burning each other's time. Every
+// (more ranks than cores) sleep instead of burning each other's time. The
+// cores are runtime.NumCPU(), or $DETCOLL_NODE_CPUS (EnvNodeCPUs) where a
+// launcher bound each rank to a share of the node's CPUs. Every
 // wait re-checks, between sleeps: the context, this transport's closed flag,
 // the peer's closed flag in the segment, a broken-stream flag of the ring,
 // and (every few milliseconds) that the peer process is alive — its pid and

@@ -223,6 +223,9 @@ func checkFormatAndTimeouts(o *BenchOptions) error {
 // algorithms, for device dev.
 func checkCases(o *BenchOptions, dev string) error {
 	cfg := &o.Config
+	if _, err := launch.ParseBinding(os.Getenv(launch.EnvBindTo)); err != nil {
+		return Usagef(launch.EnvBindTo, "%v", err) // read when this process launches the ranks
+	}
 	switch {
 	case cfg.Warmup < 0:
 		return Usagef("--warmup", "%d: want ≥ 0", cfg.Warmup)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -233,6 +235,14 @@ func (r *rankRun) addExtras(rep *bench.Report) {
 			rep.Extra[k] = v
 		}
 	}
+	if n, ok := os.LookupEnv(launch.EnvNodeCPUs); ok {
+		// The launcher bound the ranks (--bind-to): rank 0's share and the
+		// node's CPUs, since binding changes the figures (docs/launcher.md).
+		if rep.Extra == nil {
+			rep.Extra = map[string]any{}
+		}
+		rep.Extra["cpu_binding"] = fmt.Sprintf("rank 0 on CPUs %s of %s shared by the node's ranks", cpusAllowed(), strings.TrimSpace(n))
+	}
 	if r.raw > 0 || r.rawA2A > 0 {
 		if rep.Extra == nil {
 			rep.Extra = map[string]any{}
@@ -276,4 +286,18 @@ func slowest(ctx context.Context, c *detcoll.Comm, v float64) (float64, error) {
 		m = min(m, x)
 	}
 	return m, nil
+}
+
+// cpusAllowed is this process's Cpus_allowed_list from /proc, or "?".
+func cpusAllowed() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }
