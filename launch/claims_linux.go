@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/detcoll/detcoll/internal/procstat"
 )
 
 // Launchers that bind oversubscribed workers record which CPU each worker
@@ -154,21 +156,9 @@ func parseClaim(line string) (cpuClaim, bool) {
 	return cpuClaim{pid: pid, start: start, job: f[2], cpu: cpu}, true
 }
 
-// procStart is pid's start time (field 22 of /proc/PID/stat, clock ticks
-// since boot); false when there is no such process.
+// procStart is pid's start time (clock ticks since boot); false when there
+// is no such process.
 func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')') // comm may hold spaces and parentheses
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 { // state is field 3, start time field 22
-		return 0, false
-	}
-	s, err := strconv.ParseUint(f[19], 10, 64)
-	return s, err == nil
+	_, start, err := procstat.Stat(pid)
+	return start, err == nil
 }

@@ -24,7 +24,7 @@ var floors = []struct {
 	pkgs []string
 }{
 	{"foundations", []string{"dtype", "tree", "store", "transport", "gpu/kernels", "internal/dl", "internal/kparams",
-		"internal/kcache", "internal/probefmt", "internal/agree", "internal/binding", "internal/binding/gpurt", "internal/binding/rtc", "internal/binding/bindingtest", "internal/bindgen", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
+		"internal/kcache", "internal/probefmt", "internal/procstat", "internal/agree", "internal/binding", "internal/binding/gpurt", "internal/binding/rtc", "internal/binding/bindingtest", "internal/bindgen", "internal/buildcheck", "internal/layering", "internal/cudaemu", "internal/ccl/ccltest"}},
 	{"host mechanics", []string{"reduce", "transport/inproc", "transport/tcp", "transport/shm", "launch", "internal/ring",
 		"transport/transporttest", "store/storetest"}},
 	{"host communicator", []string{"", "cluster", "parallel", "bench", "transport/tcp/internal/leanbench"}},

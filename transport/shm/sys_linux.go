@@ -1,15 +1,15 @@
 package shm
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/detcoll/detcoll/internal/procstat"
 )
 
 // Futex operations (linux/futex.h); not FUTEX_PRIVATE_FLAG: the words are
@@ -46,23 +46,11 @@ func currentCPU() int {
 	return int(cpu)
 }
 
-// procStart returns the start time (clock ticks since boot, field 22 of
-// /proc/<pid>/stat) and the state letter of a process.
+// procStart returns the start time (clock ticks since boot) and the state
+// letter of a process.
 func procStart(pid int) (start uint64, state byte, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')') // the command name may contain spaces and parentheses
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := bytes.Fields(b[i+2:]) // f[0] is field 3 (state)
-	if len(f) < 20 {
-		return 0, 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64)
-	return start, f[0][0], err
+	state, start, err = procstat.Stat(pid)
+	return start, state, err
 }
 
 // alive reports whether the process pid that started at start still runs:
