@@ -67,8 +67,10 @@ func (b Binding) binds(nproc, cpus int) bool {
 	return cpus > 0 && nproc > cpus
 }
 
-// workerCPUs is the CPUs that local rank local of nproc workers is bound to
-// under BindCore, from allowed (the launcher's CPUs, ascending).
+// workerCPUs is the CPUs that local rank local of nproc workers gets from
+// allowed (the launcher's CPUs, ascending): a block when they fit, one CPU
+// round robin when they outnumber them (a job alone; claims spread jobs
+// side by side).
 func workerCPUs(allowed []int, nproc, local int) []int {
 	n := len(allowed)
 	if nproc >= n {

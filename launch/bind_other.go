@@ -19,7 +19,7 @@ func newClaimer() *claimer { return &claimer{} }
 func (*claimer) claim(allowed []int, nproc int) []int {
 	out := make([]int, nproc)
 	for l := range out {
-		out[l] = allowed[l%len(allowed)]
+		out[l] = workerCPUs(allowed, nproc, l)[0]
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func (cl *claimer) claim(allowed []int, nproc int) []int {
 	})
 	if err != nil {
 		for l := range nproc {
-			out[l] = allowed[l%len(allowed)]
+			out[l] = workerCPUs(allowed, nproc, l)[0] // round robin, as if alone
 		}
 	}
 	return out
