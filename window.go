@@ -106,7 +106,7 @@ func (c *Comm) allReduceOneShot(ctx context.Context, sh transport.Sharer, slot i
 			return err
 		}
 		defer sh.Release()
-		return c.reducer.Reduce(dt, acc, views, recv[off:off+n])
+		return c.reduceOut(len(recv), dt, acc, views, recv[off:off+n])
 	})
 }
 
@@ -290,6 +290,10 @@ func (c *Comm) allReduceExposed(ctx context.Context, ex transport.Exposer, tg tr
 // in the cache.
 func (c *Comm) reduceExposed(ex transport.Exposer, send, recv []byte, lo, hi int, dt DType, acc Accumulate) error {
 	piece := max(cachedPiece/dt.Size(), 1) * dt.Size()
+	total := 0 // a shard of recv is read by the peers next: through the cache
+	if lo == 0 && hi == len(recv) {
+		total = len(recv)
+	}
 	ws := c.workspace((c.size - 1) * min(piece, hi-lo))
 	inputs := c.inputs()
 	defer clear(inputs) // keep no view past the call
@@ -303,7 +307,7 @@ func (c *Comm) reduceExposed(ex transport.Exposer, send, recv []byte, lo, hi int
 			return err
 		}
 		inputs[c.rank] = send[off : off+k]
-		if err := c.reducer.Reduce(dt, acc, inputs, recv[off:off+k]); err != nil {
+		if err := c.reduceOut(total, dt, acc, inputs, recv[off:off+k]); err != nil {
 			return err
 		}
 	}
@@ -368,7 +372,7 @@ func (c *Comm) reduceScatterWindow(ctx context.Context, sh transport.Sharer, slo
 			inputs[p] = v[me*n : (me+1)*n]
 		}
 		inputs[me] = send[me*bn+off : me*bn+off+n]
-		return c.reducer.Reduce(dt, acc, inputs, recv[off:off+n])
+		return c.reduceOut(len(recv), dt, acc, inputs, recv[off:off+n])
 	})
 }
 
@@ -394,6 +398,18 @@ const cachedPiece = 256 << 10
 // cachedOut bounds the receive buffers that are written through the cache
 // too; a larger one would only push the window out of it.
 const cachedOut = 8 << 20
+
+// reduceOut reduces inputs into out, a piece of a receive buffer of total
+// bytes that the call writes and nobody reads before it returns: above
+// cachedOut with non-temporal stores (reduce.Reducer.ReduceUncached), so
+// that no line of it is fetched before it is written and the window and
+// the inputs keep the cache. Same bits either way.
+func (c *Comm) reduceOut(total int, dt DType, acc Accumulate, inputs [][]byte, out []byte) error {
+	if total > cachedOut {
+		return c.reducer.ReduceUncached(dt, acc, inputs, out)
+	}
+	return c.reducer.Reduce(dt, acc, inputs, out)
+}
 
 // copyCached copies min(len(dst), len(src)) bytes through the cache.
 func copyCached(dst, src []byte) {

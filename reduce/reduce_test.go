@@ -187,6 +187,13 @@ func TestFastEqualsOracle(t *testing.T) {
 							if !bytes.Equal(got, want) {
 								t.Fatalf("W=%d %v %v n=%d mode=%d misalign=%d: %s", w, dt, acc, n, mode, misalign, firstDiff(dt, got, want))
 							}
+							clear(got)
+							if err := r.ReduceUncached(dt, acc, ins, got); err != nil {
+								t.Fatal(err)
+							}
+							if !bytes.Equal(got, want) {
+								t.Fatalf("uncached W=%d %v %v n=%d mode=%d misalign=%d: %s", w, dt, acc, n, mode, misalign, firstDiff(dt, got, want))
+							}
 							// In place: output aliases input 0 (and, for W>1, the last input).
 							if w > 0 && n > 0 {
 								cp := make([][]byte, w)
@@ -288,11 +295,18 @@ func FuzzFastEqualsOracle(f *testing.F) {
 		if err := Oracle(dt, acc, ins, want); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.Reduce(dt, acc, ins, got); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("W=%d %v %v: %s", w, dt, acc, firstDiff(dt, got, want))
+		for _, uncached := range []bool{false, true} {
+			reduce := r.Reduce
+			if uncached {
+				reduce = r.ReduceUncached
+			}
+			clear(got)
+			if err := reduce(dt, acc, ins, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("W=%d %v %v uncached=%v: %s", w, dt, acc, uncached, firstDiff(dt, got, want))
+			}
 		}
 	})
 }
@@ -323,6 +337,13 @@ func TestFastSplitsEqualOracle(t *testing.T) {
 					}
 					if !bytes.Equal(got, want) {
 						t.Fatalf("%d workers W=%d %v n=%d: %s", workers, w, dt, n, firstDiff(dt, got, want))
+					}
+					clear(got)
+					if err := r.ReduceUncached(dt, Native, ins, got); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("uncached, %d workers W=%d %v n=%d: %s", workers, w, dt, n, firstDiff(dt, got, want))
 					}
 				}
 			}

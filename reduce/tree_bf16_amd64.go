@@ -3,6 +3,8 @@ package reduce
 import (
 	"unsafe"
 
+	"github.com/detcoll/detcoll/dtype"
+
 	"golang.org/x/sys/cpu"
 )
 
@@ -16,6 +18,15 @@ func treeF32x4AVX2(out *float32, ins *[8]*float32, n int)
 func treeF32x8AVX2(out *float32, ins *[8]*float32, n int)
 
 //go:noescape
+func treeF32x2NTAVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
+func treeF32x4NTAVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
+func treeF32x8NTAVX2(out *float32, ins *[8]*float32, n int)
+
+//go:noescape
 func treeBF16x2AVX2(out *uint16, ins *[8]*uint16, n int)
 
 //go:noescape
@@ -23,6 +34,15 @@ func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
 
 //go:noescape
 func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x2NTAVX2(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x4NTAVX2(out *uint16, ins *[8]*uint16, n int)
+
+//go:noescape
+func treeBF16x8NTAVX2(out *uint16, ins *[8]*uint16, n int)
 
 //go:noescape
 func treeBF16x2AVX512(out *uint16, ins *[8]*uint16, n int)
@@ -37,6 +57,15 @@ func treeBF16x8AVX512(out *uint16, ins *[8]*uint16, n int)
 // whole groups of 16 elements, the AVX2 ones doing a last group of 8; tests
 // turn it off to check the AVX2 kernels on the same inputs.
 var useAVX512 = cpu.X86.HasAVX512F
+
+// ntKernel reports whether out is aligned for the non-temporal stores of
+// dt's fused kernels: VMOVNTPS of 32 bytes (fp32), VMOVNTDQ of 16 (bf16).
+func ntKernel(dt dtype.DType, out []byte) bool {
+	if dt == dtype.FP32 {
+		return aligned(out, 32)
+	}
+	return aligned(out, 16)
+}
 
 // treeBF16Vec reduces elements [lo, hi) of W = 2, 4 or 8 aligned bf16
 // inputs with native accumulation in one fused pass (tree_bf16_amd64.s,
@@ -62,6 +91,19 @@ func treeBF16Vec(t task, lo, hi int) int {
 		ptrs[r] = (*uint16)(unsafe.Pointer(unsafe.SliceData(b)))
 	}
 	o := (*uint16)(unsafe.Pointer(unsafe.SliceData(ob)))
+	if t.nt && ntKernel(dtype.BF16, ob) {
+		// Memory-bound: the AVX2 kernel with non-temporal stores, also
+		// where AVX-512 is there.
+		switch w {
+		case 2:
+			treeBF16x2NTAVX2(o, &ptrs, n)
+		case 4:
+			treeBF16x4NTAVX2(o, &ptrs, n)
+		default:
+			treeBF16x8NTAVX2(o, &ptrs, n)
+		}
+		return n
+	}
 	done := 0
 	if n16 := n &^ 15; useAVX512 && n16 > 0 {
 		switch w {
@@ -113,6 +155,17 @@ func treeF32Vec(t task, lo, hi int) int {
 		ptrs[r] = (*float32)(unsafe.Pointer(unsafe.SliceData(b)))
 	}
 	o := (*float32)(unsafe.Pointer(unsafe.SliceData(ob)))
+	if t.nt && ntKernel(dtype.FP32, ob) {
+		switch w {
+		case 2:
+			treeF32x2NTAVX2(o, &ptrs, n)
+		case 4:
+			treeF32x4NTAVX2(o, &ptrs, n)
+		default:
+			treeF32x8NTAVX2(o, &ptrs, n)
+		}
+		return n
+	}
 	switch w {
 	case 2:
 		treeF32x2AVX2(o, &ptrs, n)

@@ -26,14 +26,16 @@
 	VPADDD a, Y15, a \
 	VPAND Y12, a, a
 
-// ROOT stores the 8 bf16 of the rounded float32 Y0 at (DI)(BX*1).
-#define ROOT \
+// ROOT(ST) stores the 8 bf16 of the rounded float32 Y0 at (DI)(BX*1)
+// with ST: VMOVDQU, or VMOVNTDQ in the non-temporal kernels (out 16-byte
+// aligned, an SFENCE before they return; see tree_f32_amd64.s).
+#define ROOT(ST) \
 	VCMPPS $3, Y0, Y0, Y14 \
 	VPSRLD $16, Y0, Y0 \
 	VBLENDVPS Y14, Y13, Y0, Y0 \
 	VPACKUSDW Y0, Y0, Y0 \
 	VPERMQ $0x08, Y0, Y0 \
-	VMOVDQU X0, (DI)(BX*1)
+	ST X0, (DI)(BX*1)
 
 #define CONSTS \
 	MOVL $0x7FFF, AX \
@@ -49,95 +51,141 @@
 	VMOVD AX, X13 \
 	VPBROADCASTD X13, Y13
 
+// ARGSk loads out, the first k input pointers (R8 …), the constants and n
+// in bytes.
+#define ARGS2 \
+	MOVQ out+0(FP), DI \
+	MOVQ ins+8(FP), SI \
+	MOVQ n+16(FP), CX \
+	MOVQ 0(SI), R8 \
+	MOVQ 8(SI), R9 \
+	CONSTS \
+	XORQ BX, BX \
+	SHLQ $1, CX
+
+#define ARGS4 \
+	ARGS2 \
+	MOVQ 16(SI), R10 \
+	MOVQ 24(SI), R11
+
+#define ARGS8 \
+	ARGS4 \
+	MOVQ 32(SI), R12 \
+	MOVQ 40(SI), R13 \
+	MOVQ 48(SI), R14 \
+	MOVQ 56(SI), R15
+
+#define TREE2(ST) \
+	WIDEN(R8, Y0) \
+	WIDEN(R9, Y1) \
+	NODE(Y0, Y1) \
+	ROOT(ST)
+
+#define TREE4(ST) \
+	WIDEN(R8, Y0) \
+	WIDEN(R9, Y1) \
+	WIDEN(R10, Y2) \
+	WIDEN(R11, Y3) \
+	NODE(Y0, Y1) \
+	NODE(Y2, Y3) \
+	NODE(Y0, Y2) \
+	ROOT(ST)
+
+#define TREE8(ST) \
+	WIDEN(R8, Y0) \
+	WIDEN(R9, Y1) \
+	WIDEN(R10, Y2) \
+	WIDEN(R11, Y3) \
+	WIDEN(R12, Y4) \
+	WIDEN(R13, Y5) \
+	WIDEN(R14, Y6) \
+	WIDEN(R15, Y7) \
+	NODE(Y0, Y1) \
+	NODE(Y2, Y3) \
+	NODE(Y4, Y5) \
+	NODE(Y6, Y7) \
+	NODE(Y0, Y2) \
+	NODE(Y4, Y6) \
+	NODE(Y0, Y4) \
+	ROOT(ST)
+
 // func treeBF16x2AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x2AVX2(SB), NOSPLIT, $0-24
-	MOVQ out+0(FP), DI
-	MOVQ ins+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ 0(SI), R8
-	MOVQ 8(SI), R9
-	CONSTS
-	XORQ BX, BX
-	SHLQ $1, CX
-loop2:
+	ARGS2
+loop:
 	CMPQ BX, CX
-	JGE done2
-	WIDEN(R8, Y0)
-	WIDEN(R9, Y1)
-	NODE(Y0, Y1)
-	ROOT
+	JGE done
+	TREE2(VMOVDQU)
 	ADDQ $16, BX
-	JMP loop2
-done2:
+	JMP loop
+done:
+	VZEROUPPER
+	RET
+
+// func treeBF16x2NTAVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x2NTAVX2(SB), NOSPLIT, $0-24
+	ARGS2
+loop:
+	CMPQ BX, CX
+	JGE done
+	TREE2(VMOVNTDQ)
+	ADDQ $16, BX
+	JMP loop
+done:
+	SFENCE
 	VZEROUPPER
 	RET
 
 // func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x4AVX2(SB), NOSPLIT, $0-24
-	MOVQ out+0(FP), DI
-	MOVQ ins+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ 0(SI), R8
-	MOVQ 8(SI), R9
-	MOVQ 16(SI), R10
-	MOVQ 24(SI), R11
-	CONSTS
-	XORQ BX, BX
-	SHLQ $1, CX
-loop4:
+	ARGS4
+loop:
 	CMPQ BX, CX
-	JGE done4
-	WIDEN(R8, Y0)
-	WIDEN(R9, Y1)
-	WIDEN(R10, Y2)
-	WIDEN(R11, Y3)
-	NODE(Y0, Y1)
-	NODE(Y2, Y3)
-	NODE(Y0, Y2)
-	ROOT
+	JGE done
+	TREE4(VMOVDQU)
 	ADDQ $16, BX
-	JMP loop4
-done4:
+	JMP loop
+done:
+	VZEROUPPER
+	RET
+
+// func treeBF16x4NTAVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x4NTAVX2(SB), NOSPLIT, $0-24
+	ARGS4
+loop:
+	CMPQ BX, CX
+	JGE done
+	TREE4(VMOVNTDQ)
+	ADDQ $16, BX
+	JMP loop
+done:
+	SFENCE
 	VZEROUPPER
 	RET
 
 // func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x8AVX2(SB), NOSPLIT, $0-24
-	MOVQ out+0(FP), DI
-	MOVQ ins+8(FP), SI
-	MOVQ n+16(FP), CX
-	MOVQ 0(SI), R8
-	MOVQ 8(SI), R9
-	MOVQ 16(SI), R10
-	MOVQ 24(SI), R11
-	MOVQ 32(SI), R12
-	MOVQ 40(SI), R13
-	MOVQ 48(SI), R14
-	MOVQ 56(SI), R15
-	CONSTS
-	XORQ BX, BX
-	SHLQ $1, CX
-loop8:
+	ARGS8
+loop:
 	CMPQ BX, CX
-	JGE done8
-	WIDEN(R8, Y0)
-	WIDEN(R9, Y1)
-	WIDEN(R10, Y2)
-	WIDEN(R11, Y3)
-	WIDEN(R12, Y4)
-	WIDEN(R13, Y5)
-	WIDEN(R14, Y6)
-	WIDEN(R15, Y7)
-	NODE(Y0, Y1)
-	NODE(Y2, Y3)
-	NODE(Y4, Y5)
-	NODE(Y6, Y7)
-	NODE(Y0, Y2)
-	NODE(Y4, Y6)
-	NODE(Y0, Y4)
-	ROOT
+	JGE done
+	TREE8(VMOVDQU)
 	ADDQ $16, BX
-	JMP loop8
-done8:
+	JMP loop
+done:
+	VZEROUPPER
+	RET
+
+// func treeBF16x8NTAVX2(out *uint16, ins *[8]*uint16, n int)
+TEXT ·treeBF16x8NTAVX2(SB), NOSPLIT, $0-24
+	ARGS8
+loop:
+	CMPQ BX, CX
+	JGE done
+	TREE8(VMOVNTDQ)
+	ADDQ $16, BX
+	JMP loop
+done:
+	SFENCE
 	VZEROUPPER
 	RET

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 
@@ -66,6 +67,15 @@ func fusedTree(t *testing.T, dt dtype.DType) {
 				if !bytes.Equal(got[:sz*k], want[:sz*k]) {
 					t.Fatalf("W=%d n=%d mode=%d: %s", w, n, mode, firstDiff(dt, got[:sz*k], want[:sz*k]))
 				}
+				// The non-temporal kernels, on an output aligned for them.
+				nt := alignedBytes(sz*n, 32)
+				if !ntKernel(dt, nt) {
+					t.Fatalf("%v: a 32-byte-aligned output does not take the non-temporal kernel", dt)
+				}
+				k = fused(task{dt: dt, acc: Native, inputs: ins, out: nt, levels: tree.Levels(w), nt: true}, 0, n)
+				if k != n&^7 || !bytes.Equal(nt[:sz*k], want[:sz*k]) {
+					t.Fatalf("W=%d n=%d mode=%d non-temporal: %d elements, %s", w, n, mode, k, firstDiff(dt, nt[:sz*k], want[:sz*k]))
+				}
 				// In place, through the Reducer: out is input 0.
 				r := NewReducer(2)
 				in0 := append([]byte(nil), ins[0]...)
@@ -78,6 +88,30 @@ func fusedTree(t *testing.T, dt dtype.DType) {
 					t.Fatalf("W=%d n=%d mode=%d in place: %s", w, n, mode, firstDiff(dt, in0, want))
 				}
 			}
+		}
+	}
+}
+
+// alignedBytes returns n zero bytes whose first is a-byte aligned.
+func alignedBytes(n, a int) []byte {
+	b := make([]byte, n+a)
+	off := (a - int(uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(a))) % a
+	return b[off : off+n]
+}
+
+// TestNTKernelAlignment: the non-temporal kernels take only outputs aligned
+// for their stores (32 bytes for fp32, 16 for bf16); a misaligned one goes
+// to the ordinary kernels (and still gets the oracle's bits:
+// TestFastEqualsOracle).
+func TestNTKernelAlignment(t *testing.T) {
+	b := alignedBytes(256, 32)
+	for _, c := range []struct {
+		dt   dtype.DType
+		off  int
+		want bool
+	}{{dtype.FP32, 0, true}, {dtype.FP32, 4, false}, {dtype.FP32, 16, false}, {dtype.BF16, 0, true}, {dtype.BF16, 16, true}, {dtype.BF16, 2, false}, {dtype.BF16, 8, false}} {
+		if got := ntKernel(c.dt, b[c.off:]); got != c.want {
+			t.Errorf("%v output at offset %d from 32-byte alignment: non-temporal %v, want %v", c.dt, c.off, got, c.want)
 		}
 	}
 }

@@ -336,7 +336,7 @@ func TestBenchFaultMatrix(t *testing.T) {
 			for _, w := range []int{2, 3, 4} {
 				t.Run(ph.name+"/"+sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
 					t.Parallel()
-					testBenchFault(t, bin, ph.name, ph.names, sig, w, "4096")
+					testBenchFault(t, bin, nil, ph.name, ph.names, sig, w, "4096")
 				})
 			}
 		}
@@ -345,7 +345,7 @@ func TestBenchFaultMatrix(t *testing.T) {
 
 // TestBenchFaultExposed: the fault matrix's detcoll phase in collectives
 // whose ranks read each other's buffers over shared memory (exposures,
-// where the kernel lets them): an AllGather of 256 KiB per rank at W = 2
+// where the kernel lets them, whatever the calibration would choose): an AllGather of 256 KiB per rank at W = 2
 // and 3, an AllReduce of 256 KiB at W = 2.
 func TestBenchFaultExposed(t *testing.T) {
 	bin := buildDetcoll(t)
@@ -357,7 +357,7 @@ func TestBenchFaultExposed(t *testing.T) {
 			for _, w := range c.ws {
 				t.Run(c.op+"/"+sig+"/W="+strconv.Itoa(w), func(t *testing.T) {
 					t.Parallel()
-					testBenchFault(t, bin, "detcoll", c.op+` fp32 \S+ 262144 B: (detcoll: `+c.name+` on rank|bench: deterministic first run)`,
+					testBenchFault(t, bin, []string{"DETCOLL_SHM_EXPOSE=always"}, "detcoll", c.op+` fp32 \S+ 262144 B: (detcoll: `+c.name+` on rank|bench: deterministic first run)`,
 						sig, w, "262144", "--operations", c.op, "--dtype", "fp32", "--algorithms", "auto")
 				})
 			}
@@ -365,7 +365,9 @@ func TestBenchFaultExposed(t *testing.T) {
 	}
 }
 
-func testBenchFault(t *testing.T, bin, phase, names, sig string, w int, size string, extra ...string) {
+// testBenchFault runs the fault matrix's case with env added to the
+// ranks' environment.
+func testBenchFault(t *testing.T, bin string, env []string, phase, names, sig string, w int, size string, extra ...string) {
 	start := time.Now()
 	// A grace period longer than the ranks need: a rank that the launcher
 	// SIGTERMs must print its error at once, not rely on the grace.
@@ -378,7 +380,7 @@ func testBenchFault(t *testing.T, bin, phase, names, sig string, w int, size str
 		// a loaded machine is not a failure in the wrong phase.
 		args = append(args, "--init-timeout", "2s")
 	}
-	out, code := run(t, t.TempDir(), []string{"DETCOLL_TEST_FAULT=" + phase + ":1:" + sig}, 40*time.Second, bin, args...)
+	out, code := run(t, t.TempDir(), append([]string{"DETCOLL_TEST_FAULT=" + phase + ":1:" + sig}, env...), 40*time.Second, bin, args...)
 	el := time.Since(start)
 	switch {
 	case sig == "kill" && code != 137:

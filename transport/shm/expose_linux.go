@@ -126,14 +126,15 @@ func (t *Transport) Exposed(ctx context.Context) ([]int, error) {
 }
 
 // willExpose reports whether this rank takes part in exposures: it found
-// every peer's memory readable at setup, and the group does not
-// oversubscribe its CPUs. With more ranks than CPUs a rank's copies from
+// every peer's memory readable at setup, the group does not oversubscribe
+// its CPUs, and Options.Expose or the calibration at Connect chose them
+// (calibrate_linux.go). With more ranks than CPUs a rank's copies from
 // W-1 peers, each pinning the peer's pages in the kernel, lose to the
 // window's shared copies: an AllGather of 1 MiB per rank at W = 4 on 2
 // cores took 1053 µs exposed and 777 through the window, and at W = 4 on
 // 16 cores 545 and 571 (docs/shm.md, "AllGather from exposed buffers").
 func (t *Transport) willExpose() bool {
-	return t.size <= t.cpus && t.readsAll()
+	return t.exposeOK && t.size <= t.cpus && t.readsAll()
 }
 
 // readsAll reports whether this rank found every peer's memory readable

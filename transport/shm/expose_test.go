@@ -141,6 +141,7 @@ func TestExposeWithdrawn(t *testing.T) {
 	defer cancel()
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("exposewd"), 2, Options{})
 	defer closeAll(ts)
+	allowExpose(ts)
 	if !ts[0].readsAll() {
 		t.Skip("this kernel refuses process_vm_readv on this process: nothing to expose")
 	}
@@ -176,6 +177,7 @@ func TestExposeWithdrawn(t *testing.T) {
 	defer func() { closeWait = old }()
 	ts2 := connectGroup(t, store.NewMemory(), uniquePrefix("exposecl"), 2, Options{})
 	defer closeAll(ts2)
+	allowExpose(ts2)
 	if errs := eachRank(ts2, func(r int, tr *Transport) error {
 		if err := tr.Expose(ctx, transport.Tag{Phase: 7}, bufs[r]); err != nil {
 			return err
@@ -270,6 +272,7 @@ func TestExposeNeedsReleasedWindow(t *testing.T) {
 func allowExpose(ts []*Transport) {
 	for _, tr := range ts {
 		tr.cpus = max(tr.cpus, len(ts))
+		tr.exposeOK = true
 	}
 }
 
@@ -400,6 +403,7 @@ func TestCommAllReduceExposed(t *testing.T) {
 	defer cancel()
 	const w, n = 2, 600_000 // bytes per rank: pieces of 256 KiB and a rest
 	ts := connectGroup(t, store.NewMemory(), uniquePrefix("commexpar"), w, Options{})
+	allowExpose(ts)
 	comms := newComms(t, ts, detcoll.WithTimeout(10*time.Second))
 	defer func() {
 		for _, c := range comms {

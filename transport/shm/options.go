@@ -69,6 +69,14 @@ type Options struct {
 	// less than 64 KiB) so that the windows stay within 512 MiB; negative
 	// means no window (collectives then move messages through the rings).
 	WindowBytes int
+	// Expose says whether this rank takes part in exposed buffers
+	// (transport.Exposer: peers read a buffer with process_vm_readv instead
+	// of through the window) in a group that has a CPU for every rank and
+	// whose memory this rank can read: ExposeAuto times both at Connect
+	// and takes the faster (Transport.Calibration), ExposeAlways and
+	// ExposeNever do not time. Empty means $DETCOLL_SHM_EXPOSE or else
+	// ExposeAuto; any other value fails Connect.
+	Expose ExposeMode
 
 	// winFit: WindowBytes is the oversubscribed default, which rank 0
 	// fits to /dev/shm's free space when it creates the segment.
@@ -90,7 +98,27 @@ const (
 	EnvRingBytes   = "DETCOLL_SHM_RING_BYTES"
 	EnvDirectBytes = "DETCOLL_SHM_DIRECT_BYTES"
 	EnvWindowBytes = "DETCOLL_SHM_WINDOW_BYTES"
+	EnvExpose      = "DETCOLL_SHM_EXPOSE"
 )
+
+// ExposeMode is Options.Expose.
+type ExposeMode string
+
+// The values of Options.Expose and $DETCOLL_SHM_EXPOSE.
+const (
+	ExposeAuto   ExposeMode = "auto"
+	ExposeAlways ExposeMode = "always"
+	ExposeNever  ExposeMode = "never"
+)
+
+// checkExpose reports a value of Options.Expose that is none of the modes.
+func (o Options) checkExpose() error {
+	switch o.Expose {
+	case ExposeAuto, ExposeAlways, ExposeNever:
+		return nil
+	}
+	return fmt.Errorf("shm: Options.Expose (or %s) %q: want %s, %s or %s", EnvExpose, string(o.Expose), ExposeAuto, ExposeAlways, ExposeNever)
+}
 
 // EnvNodeCPUs names the number of CPUs that this node's ranks share, set by
 // a launcher that binds each rank to some of them (detcoll launch
@@ -143,6 +171,12 @@ func (o Options) withDefaults(size, cpus int) Options {
 	}
 	if o.WindowBytes == 0 {
 		o.WindowBytes = envInt(EnvWindowBytes)
+	}
+	if o.Expose == "" {
+		o.Expose = ExposeMode(strings.TrimSpace(os.Getenv(EnvExpose)))
+	}
+	if o.Expose == "" {
+		o.Expose = ExposeAuto
 	}
 	switch {
 	case o.WindowBytes < 0:

@@ -108,10 +108,16 @@ type Transport struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 
-	win    window      // the collective staging window (window_linux.go)
-	exp    exposure    // the exposed buffers (expose_linux.go)
-	cpus   int         // nodeCPUs() at Connect (tests raise it)
-	leaked atomic.Bool // Close left the segment mapped (views never released)
+	win  window   // the collective staging window (window_linux.go)
+	exp  exposure // the exposed buffers (expose_linux.go)
+	cpus int      // nodeCPUs() at Connect (tests raise it)
+	// exposeOK: Options.Expose, or with ExposeAuto the calibration, lets
+	// this rank take part in exposures (willExpose); calib is what the
+	// calibration measured, if calibrated.
+	exposeOK   bool
+	calib      Calibration
+	calibrated bool
+	leaked     atomic.Bool // Close left the segment mapped (views never released)
 
 	mu       sync.Mutex
 	children map[*Transport]struct{}
@@ -170,6 +176,9 @@ func Connect(ctx context.Context, st Rendezvous, prefix string, rank, size int, 
 		return nil, failc(err)
 	}
 	opt = opt.withDefaults(size, cpus)
+	if err := opt.checkExpose(); err != nil {
+		return nil, failc(err)
+	}
 	t := &Transport{rank: rank, size: size, prefix: prefix, st: st, opt: opt, cpus: cpus,
 		children: map[*Transport]struct{}{}, subSeq: map[uint64]int{}}
 	t.win.relSeen = make([]uint64, size)
@@ -218,7 +227,7 @@ func (t *Transport) setup(ctx context.Context) (err error) {
 	t.seg = seg
 	t.readPeerProcs()
 	t.openRings()
-	return nil
+	return t.chooseExposure(ctx)
 }
 
 // shareSegment has rank 0 create the segment and publish its name (or why it
