@@ -93,7 +93,7 @@ func run() error {
 	}
 	slices.Sort(samples)
 	if c.Rank() == 0 {
-		fmt.Printf("%s n=%d W=%d median %.1f us min %.1f max %.1f\n", op, n, c.Size(), samples[3], samples[0], samples[6])
+		fmt.Printf("%s n=%d W=%d median %.2f us min %.2f max %.2f\n", op, n, c.Size(), samples[3], samples[0], samples[6])
 	}
 	return nil
 }
