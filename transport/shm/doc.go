@@ -48,9 +48,12 @@
 // descriptor (address, length, and whether this rank takes part) instead of
 // data; peers copy from the buffer with process_vm_readv and release the
 // publication; Unexpose waits for every release. A rank takes part when it
-// could read every peer at setup and the group has no more ranks than its
-// CPUs; otherwise every rank's Exposed fails with transport.ErrNoExpose on
-// the same call. An exposure word per rank, cleared before the owner gives
+// could read every peer at setup, the group has no more ranks than its
+// CPUs, and Options.Expose allows it: ExposeAuto (the default) times a
+// process_vm_readv against the window's copy in and copy out at Connect and
+// takes part only where the read was faster (Transport.Calibration). Where
+// any rank does not take part, every rank's Exposed fails with
+// transport.ErrNoExpose on the same call. An exposure word per rank, cleared before the owner gives
 // up or closes, makes a copy that overlapped the owner's withdrawal fail
 // (ErrBroken) instead of returning bytes the owner may be overwriting.
 //
