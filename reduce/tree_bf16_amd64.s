@@ -109,83 +109,52 @@
 	NODE(Y0, Y4) \
 	ROOT(ST)
 
+// KERNEL(ARGS, TREE, ST) is a kernel's loop: eight elements a step.
+#define KERNEL(ARGS, TREE, ST) \
+	ARGS \
+loop: \
+	CMPQ BX, CX \
+	JGE done \
+	TREE(ST) \
+	ADDQ $16, BX \
+	JMP loop \
+done:
+
 // func treeBF16x2AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x2AVX2(SB), NOSPLIT, $0-24
-	ARGS2
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE2(VMOVDQU)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS2, TREE2, VMOVDQU)
 	VZEROUPPER
 	RET
 
 // func treeBF16x2NTAVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x2NTAVX2(SB), NOSPLIT, $0-24
-	ARGS2
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE2(VMOVNTDQ)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS2, TREE2, VMOVNTDQ)
 	SFENCE
 	VZEROUPPER
 	RET
 
 // func treeBF16x4AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x4AVX2(SB), NOSPLIT, $0-24
-	ARGS4
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE4(VMOVDQU)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS4, TREE4, VMOVDQU)
 	VZEROUPPER
 	RET
 
 // func treeBF16x4NTAVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x4NTAVX2(SB), NOSPLIT, $0-24
-	ARGS4
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE4(VMOVNTDQ)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS4, TREE4, VMOVNTDQ)
 	SFENCE
 	VZEROUPPER
 	RET
 
 // func treeBF16x8AVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x8AVX2(SB), NOSPLIT, $0-24
-	ARGS8
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE8(VMOVDQU)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS8, TREE8, VMOVDQU)
 	VZEROUPPER
 	RET
 
 // func treeBF16x8NTAVX2(out *uint16, ins *[8]*uint16, n int)
 TEXT ·treeBF16x8NTAVX2(SB), NOSPLIT, $0-24
-	ARGS8
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE8(VMOVNTDQ)
-	ADDQ $16, BX
-	JMP loop
-done:
+	KERNEL(ARGS8, TREE8, VMOVNTDQ)
 	SFENCE
 	VZEROUPPER
 	RET

@@ -73,83 +73,52 @@
 	VADDPS Y4, Y0, Y0 \
 	ROOTF(ST)
 
+// KERNEL(ARGS, TREE, ST) is a kernel's loop: eight elements a step.
+#define KERNEL(ARGS, TREE, ST) \
+	ARGS \
+loop: \
+	CMPQ BX, CX \
+	JGE done \
+	TREE(ST) \
+	ADDQ $32, BX \
+	JMP loop \
+done:
+
 // func treeF32x2AVX2(out *float32, ins *[8]*float32, n int)
 TEXT ·treeF32x2AVX2(SB), NOSPLIT, $0-24
-	ARGS2
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE2(VMOVUPS)
-	ADDQ $32, BX
-	JMP loop
-done:
-	VZEROUPPER
-	RET
-
-// func treeF32x4AVX2(out *float32, ins *[8]*float32, n int)
-TEXT ·treeF32x4AVX2(SB), NOSPLIT, $0-24
-	ARGS4
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE4(VMOVUPS)
-	ADDQ $32, BX
-	JMP loop
-done:
-	VZEROUPPER
-	RET
-
-// func treeF32x8AVX2(out *float32, ins *[8]*float32, n int)
-TEXT ·treeF32x8AVX2(SB), NOSPLIT, $0-24
-	ARGS8
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE8(VMOVUPS)
-	ADDQ $32, BX
-	JMP loop
-done:
+	KERNEL(ARGS2, TREE2, VMOVUPS)
 	VZEROUPPER
 	RET
 
 // func treeF32x2NTAVX2(out *float32, ins *[8]*float32, n int)
 TEXT ·treeF32x2NTAVX2(SB), NOSPLIT, $0-24
-	ARGS2
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE2(VMOVNTPS)
-	ADDQ $32, BX
-	JMP loop
-done:
+	KERNEL(ARGS2, TREE2, VMOVNTPS)
 	SFENCE
+	VZEROUPPER
+	RET
+
+// func treeF32x4AVX2(out *float32, ins *[8]*float32, n int)
+TEXT ·treeF32x4AVX2(SB), NOSPLIT, $0-24
+	KERNEL(ARGS4, TREE4, VMOVUPS)
 	VZEROUPPER
 	RET
 
 // func treeF32x4NTAVX2(out *float32, ins *[8]*float32, n int)
 TEXT ·treeF32x4NTAVX2(SB), NOSPLIT, $0-24
-	ARGS4
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE4(VMOVNTPS)
-	ADDQ $32, BX
-	JMP loop
-done:
+	KERNEL(ARGS4, TREE4, VMOVNTPS)
 	SFENCE
+	VZEROUPPER
+	RET
+
+// func treeF32x8AVX2(out *float32, ins *[8]*float32, n int)
+TEXT ·treeF32x8AVX2(SB), NOSPLIT, $0-24
+	KERNEL(ARGS8, TREE8, VMOVUPS)
 	VZEROUPPER
 	RET
 
 // func treeF32x8NTAVX2(out *float32, ins *[8]*float32, n int)
 TEXT ·treeF32x8NTAVX2(SB), NOSPLIT, $0-24
-	ARGS8
-loop:
-	CMPQ BX, CX
-	JGE done
-	TREE8(VMOVNTPS)
-	ADDQ $32, BX
-	JMP loop
-done:
+	KERNEL(ARGS8, TREE8, VMOVNTPS)
 	SFENCE
 	VZEROUPPER
 	RET
